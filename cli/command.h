@@ -1,0 +1,31 @@
+// Subcommand registry: each cli/cmd_<name>.cc registers itself with a static DDPCHECK_REGISTER_COMMAND, so
+// commands are added without touching main.cc. Run functions return the process exit code
+// (0 PASS/ok, 1 divergence found, 2 bad input or usage).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace ddpcheck::cli {
+
+using RunFn = std::function<int()>;
+// Adds one subcommand to `app` (with its options and a --help example) and returns it with its run function.
+using SetupFn = std::function<std::pair<CLI::App*, RunFn>(CLI::App& app)>;
+
+bool RegisterCommand(const std::string& name, SetupFn setup);
+const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands();
+
+// Prints "ddpcheck <cmd>: <status>" on stderr and returns the status's exit code (core::ExitCodeFor).
+int Fail(const std::string& cmd, const core::Status& status);
+
+}  // namespace ddpcheck::cli
+
+#define DDPCHECK_CONCAT_INNER(a, b) a##b
+#define DDPCHECK_CONCAT(a, b) DDPCHECK_CONCAT_INNER(a, b)
+#define DDPCHECK_REGISTER_COMMAND(name, setup) \
+  static const bool DDPCHECK_CONCAT(kRegistered_, __LINE__) = ::ddpcheck::cli::RegisterCommand(name, setup)

@@ -1,0 +1,64 @@
+// The ddpcheck command: parses the subcommand, runs it, and turns every failure into a message and an exit
+// code (0 PASS, 1 divergence found, 2 bad input or usage, 3 internal error).
+#include <algorithm>
+#include <exception>
+#include <iostream>
+
+#include "cli/command.h"
+#include "core/check.h"
+
+namespace ddpcheck::cli {
+
+namespace {
+std::vector<std::pair<std::string, SetupFn>>& Registry() {
+  static std::vector<std::pair<std::string, SetupFn>> registry;
+  return registry;
+}
+}  // namespace
+
+bool RegisterCommand(const std::string& name, SetupFn setup) {
+  Registry().emplace_back(name, std::move(setup));
+  return true;
+}
+
+const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands() { return Registry(); }
+
+int Fail(const std::string& cmd, const core::Status& status) {
+  std::cerr << "ddpcheck " << cmd << ": " << status.ToString() << "\n";
+  return core::ExitCodeFor(status);
+}
+
+}  // namespace ddpcheck::cli
+
+int main(int argc, char** argv) {
+  using namespace ddpcheck;
+  CLI::App app{
+      "ddpcheck: does a distributed (DDP) training step do exactly what a single process would do?\n"
+      "Runs the same steps on a reference, a simulated CPU world (Gloo) and GPUs, and names the first difference.",
+      "ddpcheck"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(DDPCHECK_VERSION) + " (" + DDPCHECK_GIT_COMMIT + ")");
+  std::vector<std::pair<CLI::App*, cli::RunFn>> commands;
+  // Register in name order so --help is stable whatever the link order.
+  auto registered = cli::RegisteredCommands();
+  std::sort(registered.begin(), registered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [name, setup] : registered) commands.push_back(setup(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& [sub, run] : commands) {
+      if (sub->parsed()) return run();
+    }
+  } catch (const core::CheckError& e) {
+    std::cerr << "ddpcheck: internal invariant broken (a bug in ddpcheck, please report): " << e.what() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "ddpcheck: error: " << e.what() << "\n";
+    return 3;
+  }
+  return 2;
+}

@@ -1,0 +1,87 @@
+// Replica: one model copy on one device. core/reducer drives it through this interface, so the DDP protocol
+// is written once: sim/replica_cpu.cc (the reference layers) and real/replica_cuda.cc (cuBLAS + kernels)
+// implement it. Memory is the device's; Span points into it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ddpcheck::core {
+
+// One rank's micro-batch. x: (B, in_features); y: (B, out_features) for regression, (B) class ids for
+// cross-entropy; indices: the dataset rows (the sampler's output), recorded in the trace.
+struct Batch {
+  Tensor x;
+  Tensor y;
+  std::vector<int64_t> indices;
+};
+
+struct ParamInfo {
+  std::string name;  // torch's state_dict name: "0.weight", "1.running_mean", ...
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat64;
+  int64_t numel() const { return NumelOf(shape); }
+};
+
+// Called during Backward with a parameter index as soon as that parameter's gradient is final for this
+// backward pass, in the order autograd would fire DDP's hooks (torch: Linear bias before weight, BatchNorm
+// weight before bias, last layer first).
+using GradReadyFn = std::function<void(int param_index)>;
+
+// How CopyScaled combines: dst = src * fl(factor) (torch's mul by a wrapped scalar, factor rounded to the
+// element type first), dst = src / factor (true division), or a plain copy.
+enum class ScaleMode { kMultiply, kDivide, kCopy };
+
+class Replica {
+ public:
+  virtual ~Replica() = default;
+
+  // Parameters in torch's module.parameters() order; buffers in named_buffers() order.
+  virtual const std::vector<ParamInfo>& ParamInfos() const = 0;
+  virtual const std::vector<ParamInfo>& BufferInfos() const = 0;
+  virtual Span Param(int i) = 0;
+  virtual Span Grad(int i) = 0;  // valid storage even while the grad is undefined
+  virtual Span Buffer(int i) = 0;
+  // torch's `param.grad is not None`.
+  virtual bool GradDefined(int i) const = 0;
+  virtual void SetGradDefined(int i, bool defined) = 0;
+
+  virtual void SetTraining(bool training) = 0;
+  // Forward on `batch` including the loss; records what Backward needs. *loss = the loss value.
+  virtual Status Forward(const Batch& batch, double* loss) = 0;
+  // Backward of (loss * loss_scale). Accumulates into the grads (autograd's +=; an undefined grad becomes
+  // defined) and calls on_ready(i) for each parameter reached by the backward, in autograd's order.
+  // Parameters the loss does not depend on are neither touched nor reported.
+  virtual void Backward(double loss_scale, const GradReadyFn& on_ready) = 0;
+  // optimizer.zero_grad(set_to_none).
+  virtual void ZeroGrad(bool set_to_none) = 0;
+
+  // ---- memory and elementwise ops on this replica's device ----
+  // A zeroed buffer owned by the replica, valid for the replica's lifetime.
+  virtual Span Allocate(int64_t numel, DType dtype) = 0;
+  // dst[i] = src[i] combined with factor as `mode` says, computed in the element type. Same dtype and numel.
+  virtual void CopyScaled(ConstSpan src, Span dst, double factor, ScaleMode mode) = 0;
+  virtual void Fill(Span dst, double value) = 0;
+  virtual Tensor ToHost(ConstSpan src, const std::vector<int64_t>& shape) const = 0;
+  virtual void FromHost(const Tensor& src, Span dst) = 0;
+
+  // ---- optimizer and AMP, run where the parameters live ----
+  // One optimizer step with learning rate lr over parameters whose grad is defined (torch skips the rest).
+  virtual Status OptimizerStep(double lr) = 0;
+  // GradScaler unscale_: every defined grad *= inv_scale (unless inv_scale == 1); returns true when any grad
+  // element was inf or NaN before unscaling (torch's found_inf).
+  virtual bool UnscaleGrads(float inv_scale) = 0;
+  // Global L2 norm of the defined grads, and clip_grad_norm_'s in-place scaling by `factor`.
+  virtual double GradNorm() = 0;
+  virtual void ScaleGrads(double factor) = 0;
+  // Optimizer state (momentum buffers, Adam moments) as host tensors named "<param>.<state>".
+  virtual std::vector<std::pair<std::string, Tensor>> OptimizerState() const = 0;
+};
+
+}  // namespace ddpcheck::core

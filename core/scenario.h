@@ -1,0 +1,146 @@
+// Scenario: everything that describes one DDP training run. Loaded from JSON (schema: docs/scenario.md),
+// overridden by CLI flags, validated once; every backend runs the same Scenario and produces a Trace.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ddpcheck::core {
+
+// One layer of a Sequential model. Parameters are registered in torch's order and named "<index>.<name>"
+// ("0.weight", "0.bias", "1.running_mean", ...), index = position in the layer list.
+struct LayerSpec {
+  std::string type;          // "linear", "relu", "tanh", "batchnorm1d", "dropout"
+  int64_t in_features = 0;   // linear
+  int64_t out_features = 0;  // linear
+  bool bias = true;          // linear
+  int64_t num_features = 0;  // batchnorm1d
+  double eps = 1e-5;         // batchnorm1d
+  double momentum = 0.1;     // batchnorm1d; momentum_none = cumulative average (torch momentum=None)
+  bool momentum_none = false;
+  bool affine = true;               // batchnorm1d
+  bool track_running_stats = true;  // batchnorm1d
+  double p = 0.5;                   // dropout
+  // For the unused-parameter faults: a layer that exists (its parameters are registered) but whose output
+  // is not used in the loss on the listed ranks (empty + unused=true: on every rank).
+  bool unused = false;
+  std::vector<int> unused_on_ranks;
+};
+
+struct InitSpec {
+  std::string kind = "seed";  // "seed" | "npy" | "inline"
+  // seed: rank r initialises with seeds[r] (seeds.size() == 1 means the same seed on every rank, which with
+  // DDP's initial broadcast changes nothing). torch-like uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) init.
+  std::vector<uint64_t> seeds = {0};
+  // exact: initial values are small dyadic fractions (k/16, |k| <= 8) so every sum is exact in fp32/fp64.
+  bool exact = false;
+  std::map<std::string, std::string> npy;  // npy: parameter name -> file (relative to the scenario file)
+  std::map<std::string, Tensor> values;     // inline: parameter/buffer name -> value
+};
+
+struct DataSpec {
+  std::string kind = "regression";  // "regression" | "classification" | "npy" | "inline"
+  int64_t samples = 64;
+  int64_t in_features = 0;   // 0: taken from the model's first linear layer
+  int64_t out_features = 0;  // regression targets / classification classes; 0: from the model's last layer
+  uint64_t seed = 12345;
+  // exact: inputs and targets are small integers/dyadic fractions, so sums are exact in any order.
+  bool exact = false;
+  std::string x_path, y_path;  // npy (relative to the scenario file)
+  Tensor x, y;                 // inline, or loaded: x (N, in_features); y (N, out) or (N) class ids
+};
+
+struct SamplerSpec {
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  bool set_epoch = true;  // whether the training loop calls sampler.set_epoch(epoch)
+};
+
+struct DdpSpec {
+  double bucket_cap_mb = 25.0;
+  int64_t first_bucket_bytes = 1048576;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
+  bool broadcast_buffers = true;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  int64_t no_sync_steps = 1;  // gradient accumulation window: k-1 micro-steps under no_sync, then a synced one
+  int64_t bucket_cap_bytes() const { return static_cast<int64_t>(bucket_cap_mb * 1024 * 1024); }
+};
+
+struct OptimizerSpec {
+  std::string type = "sgd";  // "sgd" | "adam" | "adamw"
+  double lr = 0.01;
+  double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false, maximize = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+struct SchedulerSpec {
+  std::string type;  // "step" | "multistep" | "exponential" | "cosine" | "linear"
+  int64_t step_size = 1;
+  std::vector<int64_t> milestones;
+  double gamma = 0.1;
+  int64_t t_max = 1;
+  double eta_min = 0.0;
+  double start_factor = 1.0 / 3.0, end_factor = 1.0;
+  int64_t total_iters = 5;
+};
+
+struct AmpSpec {
+  bool enabled = false;
+  std::string dtype = "fp16";  // "fp16" | "bf16"
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double clip_grad_norm = 0.0;  // 0: no clipping
+};
+
+// A fault: BUGS.md name, optional rank (-1: all/default) and step (-1: from the start).
+struct FaultSpec {
+  std::string name;
+  int rank = -1;
+  int64_t step = -1;
+};
+
+struct Scenario {
+  std::string name = "scenario";
+  std::string description;
+  std::string source;    // the file it was loaded from ("<flags>" when built from flags)
+  std::string base_dir;  // relative paths resolve against this
+  std::vector<LayerSpec> model;
+  std::string loss = "mse";  // "mse" | "cross_entropy"
+  InitSpec init;
+  DataSpec data;
+  int world = 4;
+  int64_t batch_size = 4;  // per rank
+  SamplerSpec sampler;
+  DdpSpec ddp;
+  OptimizerSpec optimizer;
+  std::vector<SchedulerSpec> schedulers;  // stepped once per epoch, in this order
+  DType precision = DType::kFloat64;      // fp64 | fp32
+  AmpSpec amp;
+  std::vector<FaultSpec> faults;
+  int64_t epochs = 1;
+  int64_t steps = -1;  // -1: all steps of all epochs; otherwise stop after this many optimizer steps
+};
+
+// Parses and validates. Errors name the JSON path: "s.json: /ddp/bucket_cap_mb: must be > 0, got -1".
+// Unknown keys are errors. Relative paths (npy files) resolve against the file's folder; npy data is loaded.
+Status LoadScenario(const std::string& path, Scenario* out);
+Status ParseScenario(const nlohmann::json& j, const std::string& source, const std::string& base_dir,
+                     Scenario* out);
+// Cross-field checks (world >= 1, layer shapes chain, data matches the model, ...). Called by the loaders;
+// call it again after applying CLI overrides.
+Status ValidateScenario(const Scenario& s);
+// The scenario as JSON (round-trips through ParseScenario; inline tensors written as nested arrays).
+nlohmann::json ScenarioToJson(const Scenario& s);
+// The default scenario of `ddpcheck run` with no arguments: a tutorial-like MLP with BatchNorm, W=4, 3 epochs.
+Scenario DefaultScenario();
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,79 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+namespace ddpcheck::core {
+
+int64_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kFloat64:
+    case DType::kInt64: return 8;
+  }
+  return 0;
+}
+
+std::string DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+  }
+  return "?";
+}
+
+bool ParseDType(const std::string& name, DType* out) {
+  struct Alias { const char* name; DType dtype; };
+  static const Alias kAliases[] = {
+      {"float16", DType::kFloat16}, {"fp16", DType::kFloat16},   {"half", DType::kFloat16},
+      {"bfloat16", DType::kBFloat16}, {"bf16", DType::kBFloat16},
+      {"float32", DType::kFloat32}, {"fp32", DType::kFloat32},   {"f32", DType::kFloat32}, {"float", DType::kFloat32},
+      {"float64", DType::kFloat64}, {"fp64", DType::kFloat64},   {"f64", DType::kFloat64}, {"double", DType::kFloat64},
+      {"int32", DType::kInt32},     {"i32", DType::kInt32},
+      {"int64", DType::kInt64},     {"i64", DType::kInt64},
+  };
+  for (const auto& a : kAliases) {
+    if (name == a.name) { *out = a.dtype; return true; }
+  }
+  return false;
+}
+
+double UnitRoundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return 0x1p-11;
+    case DType::kBFloat16: return 0x1p-8;
+    case DType::kFloat32: return 0x1p-24;
+    case DType::kFloat64: return 0x1p-53;
+    default: return 0.0;
+  }
+}
+
+bool IsFloating(DType dtype) { return dtype != DType::kInt32 && dtype != DType::kInt64; }
+
+int64_t NumelOf(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + ")";
+}
+
+bool BitwiseEqual(const Tensor& a, const Tensor& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape || a.data.size() != b.data.size()) return false;
+  return a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(double)) == 0;
+}
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,71 @@
+// The one vocabulary for numbers that cross module boundaries.
+//   DType   element types ddpcheck knows (the ones DDP buckets are keyed by, plus index types).
+//   Tensor  a host-side value for traces, reports and files: shape + values held as double. Every float16,
+//           bfloat16, float32 and int32 value (and int64 up to 2^53) is exact in a double, so a Tensor is a
+//           lossless carrier; `dtype` says what precision the values were computed in.
+//   Span    a typed, non-owning view of memory on some device (host for CPU, device memory for CUDA): what
+//           communicators and replicas exchange.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddpcheck::core {
+
+enum class DType { kFloat16, kBFloat16, kFloat32, kFloat64, kInt32, kInt64 };
+
+// Bytes per element: 2, 2, 4, 8, 4, 8.
+int64_t ElementSize(DType dtype);
+// Torch spelling: "float16", "bfloat16", "float32", "float64", "int32", "int64".
+std::string DTypeName(DType dtype);
+// Accepts the torch spelling and the short one ("fp16", "bf16", "fp32", "fp64", "f32", "f64", "i32", "i64").
+bool ParseDType(const std::string& name, DType* out);
+// Unit roundoff u = 2^-p for floating types (2^-11, 2^-8, 2^-24, 2^-53); 0 for integers.
+double UnitRoundoff(DType dtype);
+bool IsFloating(DType dtype);
+
+int64_t NumelOf(const std::vector<int64_t>& shape);
+std::string ShapeString(const std::vector<int64_t>& shape);  // "(16, 8)", "()" for a scalar
+
+struct Tensor {
+  DType dtype = DType::kFloat64;
+  std::vector<int64_t> shape;
+  std::vector<double> data;  // C order
+
+  Tensor() = default;
+  Tensor(DType d, std::vector<int64_t> s, std::vector<double> v) : dtype(d), shape(std::move(s)), data(std::move(v)) {}
+  static Tensor Scalar(double v, DType d = DType::kFloat64) { return Tensor(d, {}, {v}); }
+  static Tensor Zeros(DType d, std::vector<int64_t> s) {
+    std::vector<double> v(static_cast<size_t>(NumelOf(s)), 0.0);
+    return Tensor(d, std::move(s), std::move(v));
+  }
+  int64_t numel() const { return static_cast<int64_t>(data.size()); }
+};
+
+// True when dtype, shape and every value's bits are equal (NaN equals NaN with the same bits).
+bool BitwiseEqual(const Tensor& a, const Tensor& b);
+
+struct Span {
+  void* data = nullptr;
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  int64_t bytes() const { return numel * ElementSize(dtype); }
+};
+struct ConstSpan {
+  const void* data = nullptr;
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  ConstSpan() = default;
+  ConstSpan(const void* d, int64_t n, DType t) : data(d), numel(n), dtype(t) {}
+  ConstSpan(const Span& s) : data(s.data), numel(s.numel), dtype(s.dtype) {}  // NOLINT: implicit by design
+  int64_t bytes() const { return numel * ElementSize(dtype); }
+};
+
+template <typename T> constexpr DType DTypeOf();
+template <> constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+template <> constexpr DType DTypeOf<double>() { return DType::kFloat64; }
+template <> constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
+template <> constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+
+}  // namespace ddpcheck::core

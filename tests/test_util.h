@@ -1,0 +1,44 @@
+// Shared test helpers: rank threads, temporary folders, running the ddpcheck binary, golden files.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ddpcheck::testing {
+
+// Runs fn(rank) on `world` threads and rethrows the first exception (lowest rank first) after all joined.
+void SpawnRanks(int world, const std::function<void(int rank)>& fn);
+
+// A fresh folder under the system temp dir, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+// Runs the built ddpcheck binary with `args` (shell-quoted by the caller where needed).
+CliResult RunCli(const std::string& args);
+
+// Reads tests/golden/<relative> as JSON (the project's copy of PyTorch-generated fixtures).
+nlohmann::json LoadGolden(const std::string& relative);
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+// The seed for randomized tests: DDPCHECK_TEST_SEED if set, else a fixed default; printed once.
+unsigned long long TestSeed();
+
+}  // namespace ddpcheck::testing
