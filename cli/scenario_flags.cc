@@ -1,0 +1,66 @@
+#include "cli/scenario_flags.h"
+
+#include "core/fault_spec.h"
+
+namespace ddpcheck::cli {
+
+void ScenarioFlags::Add(CLI::App* app) {
+  app->add_option("scenario", path, "Scenario JSON file (docs/scenario.md); default: the built-in default scenario");
+  app->add_option("--world,-w", world, "World size W (ranks)");
+  app->add_option("--epochs", epochs, "Number of epochs");
+  app->add_option("--steps", steps, "Stop after this many optimizer steps");
+  app->add_option("--batch-size", batch_size, "Batch size per rank");
+  app->add_option("--precision", precision, "fp64 | fp32");
+  app->add_option("--amp", amp, "Mixed precision: fp16 | bf16 | off");
+  app->add_option("--fault", faults, "Inject a fault NAME[@RANK][:STEP] (repeatable; see ../BUGS catalog in docs)");
+  app->add_flag("--no-faults", no_faults, "Drop the scenario's faults");
+}
+
+core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
+  core::Scenario s;
+  if (path.empty()) {
+    s = core::DefaultScenario();
+  } else {
+    DDPCHECK_RETURN_IF_ERROR(core::LoadScenario(path, &s));
+  }
+  if (world) {
+    s.world = *world;
+    // Per-rank init seeds follow the new world: seeds[r] = seeds[0] + r (a single seed stays shared).
+    if (s.init.kind == "seed" && s.init.seeds.size() > 1 && s.init.seeds.size() != static_cast<size_t>(s.world)) {
+      const uint64_t base = s.init.seeds[0];
+      s.init.seeds.clear();
+      for (int r = 0; r < s.world; ++r) s.init.seeds.push_back(base + static_cast<uint64_t>(r));
+    }
+  }
+  if (epochs) s.epochs = *epochs;
+  if (steps) s.steps = *steps;
+  if (batch_size) s.batch_size = *batch_size;
+  if (precision) {
+    core::DType d;
+    if (!core::ParseDType(*precision, &d) || (d != core::DType::kFloat32 && d != core::DType::kFloat64)) {
+      return core::Status::Invalid("--precision: expected fp64 or fp32, got '" + *precision + "'");
+    }
+    s.precision = d;
+  }
+  if (amp) {
+    if (*amp == "off") {
+      s.amp.enabled = false;
+    } else if (*amp == "fp16" || *amp == "bf16") {
+      s.amp.enabled = true;
+      s.amp.dtype = *amp;
+    } else {
+      return core::Status::Invalid("--amp: expected fp16, bf16 or off, got '" + *amp + "'");
+    }
+  }
+  if (no_faults) s.faults.clear();
+  for (const auto& f : faults) {
+    core::FaultSpec spec;
+    DDPCHECK_RETURN_IF_ERROR(core::ParseFaultSpec(f, &spec).Prefixed("--fault " + f));
+    s.faults.push_back(spec);
+  }
+  DDPCHECK_RETURN_IF_ERROR(core::ValidateScenario(s).Prefixed(path.empty() ? "default scenario" : path));
+  *out = std::move(s);
+  return core::Status::Ok();
+}
+
+}  // namespace ddpcheck::cli

@@ -1,0 +1,281 @@
+#include "core/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace ddpcheck::core {
+
+namespace {
+
+bool IsExactCheckpoint(Checkpoint c) {
+  return c == Checkpoint::kSampler || c == Checkpoint::kLr || c == Checkpoint::kScaler;
+}
+
+// Which checkpoints DDP requires to be bitwise equal across ranks.
+bool IsRankInvariant(Checkpoint c, const std::string& tensor) {
+  switch (c) {
+    case Checkpoint::kInit:
+    case Checkpoint::kForwardBuffers:
+    case Checkpoint::kReduced:
+    case Checkpoint::kScaler:
+    case Checkpoint::kLr:
+    case Checkpoint::kParams:
+      return true;
+    case Checkpoint::kBucket:
+      return tensor.size() > 7 && tensor.compare(tensor.size() - 7, 7, ".params") == 0;
+    default:
+      return false;
+  }
+}
+
+int64_t OrderedBits(double v, DType dtype) {
+  if (dtype == DType::kFloat64) {
+    int64_t i;
+    std::memcpy(&i, &v, sizeof i);
+    return i < 0 ? std::numeric_limits<int64_t>::min() - i : i;
+  }
+  const auto f = static_cast<float>(v);
+  int32_t i;
+  std::memcpy(&i, &f, sizeof i);
+  return i < 0 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min()) - i : i;
+}
+
+
+// Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`.
+template <typename BudgetFn>
+std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, bool exact, BudgetFn budget_for,
+                                      CheckpointStats* stats, double* max_abs_out) {
+  Mismatch m;
+  if (got.shape != want.shape) {
+    m.message = "shape " + ShapeString(got.shape) + " vs " + ShapeString(want.shape);
+    m.elements = want.numel();
+    m.bad_elements = want.numel();
+    return m;
+  }
+  double scale = 0;
+  for (double w : want.data) scale = std::max(scale, std::abs(w));
+  const double budget = exact ? 0.0 : budget_for(scale);
+  const DType dt = IsFloating(want.dtype) ? want.dtype : DType::kFloat64;
+  int64_t bad = 0, worst = -1;
+  double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0;
+  bool same_ratio = true;
+  double ratio = std::nan("");
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
+    const bool both_nan = std::isnan(g) && std::isnan(w);
+    double abs_err = both_nan ? 0.0 : std::abs(g - w);
+    if (std::isnan(abs_err)) abs_err = INFINITY;
+    const bool ok = exact ? (g == w || both_nan) : abs_err <= budget;  // exact: equal values (+0 == -0)
+    const double rel = w != 0 ? abs_err / std::abs(w) : (abs_err == 0 ? 0 : INFINITY);
+    const double ulps = std::isfinite(g) && std::isfinite(w) ? UlpDistance(g, w, dt) : INFINITY;
+    max_abs = std::max(max_abs, abs_err);
+    max_rel = std::max(max_rel, rel);
+    max_ulps = std::max(max_ulps, ulps);
+    if (w != 0) {
+      const double r = g / w;
+      if (std::isnan(ratio)) ratio = r;
+      else if (std::abs(r - ratio) > 1e-9 * std::abs(ratio)) same_ratio = false;
+    } else if (g != 0) {
+      same_ratio = false;
+    }
+    if (!ok) {
+      ++bad;
+      const double excess = abs_err - budget;
+      if (excess > worst_excess) { worst_excess = excess; worst = i; }
+    }
+  }
+  if (stats) {
+    stats->compared++;
+    stats->max_abs = std::max(stats->max_abs, max_abs);
+    stats->max_rel = std::max(stats->max_rel, std::isfinite(max_rel) ? max_rel : stats->max_rel);
+    stats->max_ulps = std::max(stats->max_ulps, std::isfinite(max_ulps) ? max_ulps : stats->max_ulps);
+  }
+  if (max_abs_out) *max_abs_out = max_abs;
+  if (bad == 0) return std::nullopt;
+  if (stats) stats->failed++;
+  const size_t wi = static_cast<size_t>(worst);
+  m.index = worst;
+  m.got = got.data[wi];
+  m.want = want.data[wi];
+  m.abs_err = std::isnan(m.got - m.want) ? INFINITY : std::abs(m.got - m.want);
+  m.rel_err = m.want != 0 ? m.abs_err / std::abs(m.want) : INFINITY;
+  m.ulps = std::isfinite(m.got) && std::isfinite(m.want) ? UlpDistance(m.got, m.want, dt) : INFINITY;
+  m.budget = budget;
+  m.bad_elements = bad;
+  m.elements = want.numel();
+  m.ratio = same_ratio && !std::isnan(ratio) && want.numel() > 0 ? ratio : 0.0;
+  return m;
+}
+
+}  // namespace
+
+double UlpDistance(double a, double b, DType dtype) {
+  if (a == b) return 0;
+  return std::abs(static_cast<double>(OrderedBits(a, dtype) - OrderedBits(b, dtype)));
+}
+
+double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
+  if (exact || IsExactCheckpoint(c)) return 0.0;
+  const double u = UnitRoundoff(precision);
+  const double tiny = precision == DType::kFloat64 ? 1e-300 : 1e-30;
+  return safety * u * static_cast<double>(reduction_length + world) * static_cast<double>(step + 1) *
+         std::max(scale, tiny);
+}
+
+std::string TolerancePolicy::Derivation() const {
+  if (exact) {
+    return "exact by construction (small integers and dyadic fractions): every sum is exact in any order, "
+           "so every value must be bitwise equal";
+  }
+  const double u = UnitRoundoff(precision);
+  return fmt::format(
+      "budget(step s) = safety * u * (n + W) * (s + 1) * max|reference values at that step and checkpoint|, with u = {:.3g} ({} unit "
+      "roundoff), n = {} (longest reduction: batch and layer widths), W = {}, safety = {}. The reference and the "
+      "world compute each rank's forward/backward with the same kernels; they differ only in the all-reduce's "
+      "summation order, whose error is at most gamma_(W-1) = (W-1)u/(1-(W-1)u) of the summed magnitudes per "
+      "step, and in its propagation through later steps (linear growth in s). Sampler indices, lr and scaler "
+      "state are compared exactly.",
+      u, DTypeName(precision), reduction_length, world, safety);
+}
+
+TolerancePolicy PolicyFor(const Scenario& s) {
+  TolerancePolicy p;
+  p.exact = s.init.exact && s.data.exact;
+  p.precision = s.precision;
+  p.world = s.world;
+  int64_t n = s.batch_size * std::max<int64_t>(1, s.ddp.no_sync_steps);
+  for (const auto& l : s.model) n = std::max({n, l.in_features, l.out_features, l.num_features});
+  p.reduction_length = n;
+  return p;
+}
+
+void CompareResult::Add(Mismatch m) {
+  pass = false;
+  if (!first || m.key < first->key) first = m;
+  if (mismatches.size() < kMaxMismatches) mismatches.push_back(std::move(m));
+}
+
+void CompareResult::Merge(const CompareResult& other) {
+  for (const auto& m : other.mismatches) Add(m);
+  if (other.first && (!first || other.first->key < first->key)) first = other.first;
+  if (!other.pass) pass = false;
+  for (const auto& [name, st] : other.stats) {
+    auto& mine = stats[name];
+    mine.compared += st.compared;
+    mine.failed += st.failed;
+    mine.max_abs = std::max(mine.max_abs, st.max_abs);
+    mine.max_rel = std::max(mine.max_rel, st.max_rel);
+    mine.max_ulps = std::max(mine.max_ulps, st.max_ulps);
+  }
+  for (const auto& [t, by_step] : other.error_by_tensor) {
+    for (const auto& [s, e] : by_step) error_by_tensor[t][s] = std::max(error_by_tensor[t][s], e);
+  }
+  if (derivation.empty()) derivation = other.derivation;
+  std::sort(mismatches.begin(), mismatches.end(), [](const Mismatch& a, const Mismatch& b) { return a.key < b.key; });
+}
+
+CompareResult CheckRankInvariants(const Trace& trace) {
+  CompareResult result;
+  // Group records by (step, checkpoint, tensor); compare each rank with the lowest rank present.
+  const Tensor* base = nullptr;
+  TraceKey base_key;
+  for (const auto& [key, value] : trace.records()) {
+    if (key.rank == kAllRanks || !IsRankInvariant(key.checkpoint, key.tensor)) continue;
+    const bool same_group = base && base_key.step == key.step && base_key.checkpoint == key.checkpoint &&
+                            base_key.tensor == key.tensor;
+    if (!same_group) {
+      base = &value;
+      base_key = key;
+      continue;
+    }
+    auto& st = result.stats[CheckpointName(key.checkpoint)];
+    auto m = CompareTensor(value, *base, /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
+    if (m) {
+      m->key = key;
+      m->kind = "rank-divergent";
+      m->against = "rank " + std::to_string(base_key.rank);
+      result.Add(*m);
+    }
+  }
+  return result;
+}
+
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy) {
+  CompareResult result;
+  result.derivation = policy.Derivation();
+  // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
+  // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
+  std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
+  for (const auto& [key, value] : want.records()) {
+    double& sc = scale_at[{key.step, key.checkpoint}];
+    for (double v : value.data) {
+      if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
+    }
+  }
+  for (const auto& [key, value] : got.records()) {
+    if (key.checkpoint == Checkpoint::kBucket) continue;  // layouts are checked across ranks, not vs reference
+    const Tensor* w = want.Find(key);
+    if (!w) {
+      TraceKey all = key;
+      all.rank = kAllRanks;
+      w = want.Find(all);
+    }
+    if (!w) continue;
+    auto& st = result.stats[CheckpointName(key.checkpoint)];
+    double max_abs = 0;
+    auto m = CompareTensor(
+        value, *w, policy.exact || !IsFloating(w->dtype) || IsExactCheckpoint(key.checkpoint),
+        [&](double scale) {
+          return policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
+        },
+        &st, &max_abs);
+    if (IsFloating(w->dtype)) {
+      auto& e = result.error_by_tensor[CheckpointName(key.checkpoint) + "/" + key.tensor][key.step];
+      e = std::max(e, max_abs);
+    }
+    if (m) {
+      m->key = key;
+      m->kind = "reference-divergent";
+      m->against = "reference";
+      result.Add(*m);
+    }
+  }
+  // A rank that stopped early: the reference has parameters for steps the trace lacks.
+  int max_rank = -1;
+  for (const auto& [key, v] : got.records()) max_rank = std::max(max_rank, key.rank);
+  for (const auto& [key, v] : want.records()) {
+    if (key.checkpoint != Checkpoint::kParams) continue;
+    for (int r = 0; r <= max_rank; ++r) {
+      TraceKey k = key;
+      k.rank = key.rank == kAllRanks ? r : key.rank;
+      if (got.Find(k)) continue;
+      Mismatch m;
+      m.key = k;
+      m.kind = "missing";
+      m.against = "reference";
+      m.message = "the run recorded no value here (the rank stopped early or skipped this step)";
+      result.Add(m);
+      break;
+    }
+  }
+  return result;
+}
+
+CompareResult CheckEvents(const Trace& trace) {
+  CompareResult result;
+  for (const auto& e : trace.events()) {
+    Mismatch m;
+    m.key = {e.step, Checkpoint::kInit, e.kind, e.rank};
+    m.kind = e.kind == "timeout" ? "hang" : "error";
+    m.message = e.message;
+    result.Add(m);
+  }
+  return result;
+}
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,74 @@
+// Compare: the verdict on traces.
+//   CheckRankInvariants(trace): what DDP guarantees between ranks, bitwise: the same initial state, the
+//     same buffers at each forward (with broadcast_buffers), the same bucket layouts, reduced gradients, lr,
+//     parameters and scaler state after every step.
+//   CompareTraces(got, want, policy): every key of `got` against the same key of `want` (a kAllRanks key in
+//     `want` stands for every rank): integers and lr exactly; floating values bitwise when the scenario is
+//     exact by construction, else within a budget derived from precision, reduction length and W.
+// The first failing key in (step, checkpoint, tensor, rank) order is the headline.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/trace.h"
+
+namespace ddpcheck::core {
+
+struct TolerancePolicy {
+  bool exact = false;  // bitwise everywhere
+  DType precision = DType::kFloat64;
+  int world = 1;
+  int64_t reduction_length = 1;  // the longest sum in a forward/backward (batch, widths)
+  double safety = 64.0;
+  // Absolute budget for a floating value at checkpoint c, step s, for a tensor whose largest reference
+  // magnitude is `scale`: safety * u * (reduction_length + W) * (s + 1) * max(scale, tiny). 0 when exact.
+  double Budget(Checkpoint c, int64_t step, double scale) const;
+  // The derivation, printed in reports.
+  std::string Derivation() const;
+};
+TolerancePolicy PolicyFor(const Scenario& s);
+
+struct Mismatch {
+  TraceKey key;
+  std::string kind;     // "rank-divergent", "reference-divergent", "missing", "hang", "error"
+  std::string against;  // "rank 0", "reference"
+  int64_t index = -1;   // flat element index of the worst element
+  double got = 0, want = 0, abs_err = 0, rel_err = 0, ulps = 0, budget = 0;
+  int64_t bad_elements = 0, elements = 0;
+  double ratio = 0;  // got/want where every element has the same ratio (a scaling bug), else 0
+  std::string message;
+};
+
+struct CheckpointStats {
+  int64_t compared = 0;  // tensors
+  int64_t failed = 0;
+  double max_abs = 0, max_rel = 0, max_ulps = 0;
+};
+
+struct CompareResult {
+  bool pass = true;
+  std::optional<Mismatch> first;
+  std::vector<Mismatch> mismatches;  // up to kMaxMismatches, in key order
+  std::map<std::string, CheckpointStats> stats;  // by checkpoint name
+  // per (tensor, step): max abs error, for plots
+  std::map<std::string, std::map<int64_t, double>> error_by_tensor;
+  std::string derivation;
+  static constexpr size_t kMaxMismatches = 200;
+  void Add(Mismatch m);
+  void Merge(const CompareResult& other);
+};
+
+CompareResult CheckRankInvariants(const Trace& trace);
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy);
+// Events (timeouts, DDP errors) of a run as mismatches.
+CompareResult CheckEvents(const Trace& trace);
+
+// Distance in units in the last place of `dtype` between a and b (both representable in dtype).
+double UlpDistance(double a, double b, DType dtype);
+
+}  // namespace ddpcheck::core

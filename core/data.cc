@@ -1,0 +1,103 @@
+#include "core/data.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/model_spec.h"
+
+namespace ddpcheck::core {
+
+namespace {
+
+// The portable draws documented in core/data.h.
+class Draws {
+ public:
+  explicit Draws(uint64_t seed) : gen_(seed) {}
+  double Uniform() { return static_cast<double>(gen_() >> 11) * 0x1p-53; }
+  double Normal() {
+    double s = 0;
+    for (int i = 0; i < 12; ++i) s += Uniform();
+    return s - 6.0;
+  }
+  // An integer uniform in [lo, hi] (modulo reduction; the bias is below 2^-60).
+  int64_t Int(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(gen_() % static_cast<uint64_t>(hi - lo + 1)); }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// Rounds a value to what the precision holds (float32 rounding to nearest; float64 unchanged).
+double ToPrecision(double v, DType precision) {
+  return precision == DType::kFloat32 ? static_cast<double>(static_cast<float>(v)) : v;
+}
+
+Tensor Rounded(const Tensor& t, DType precision) {
+  if (!IsFloating(t.dtype) && t.shape.size() == 1) return t;  // class ids
+  Tensor r(precision, t.shape, t.data);
+  for (double& v : r.data) v = ToPrecision(v, precision);
+  return r;
+}
+
+// (rows, cols) of draws: normal, or k/4 with k in [-4, 4] when exact.
+std::vector<double> Matrix(Draws& d, int64_t rows, int64_t cols, bool exact, double scale) {
+  std::vector<double> m(static_cast<size_t>(rows * cols));
+  for (double& v : m) v = exact ? static_cast<double>(d.Int(-4, 4)) / 4.0 : d.Normal() * scale;
+  return m;
+}
+
+}  // namespace
+
+Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
+  const DataSpec& spec = s.data;
+  if (spec.kind == "npy" || spec.kind == "inline") {
+    Tensor yy = spec.y;
+    if (yy.shape.size() == 1) yy.dtype = DType::kInt64;
+    *x = Rounded(spec.x, s.precision);
+    *y = Rounded(yy, s.precision);
+    return Status::Ok();
+  }
+  int64_t n = spec.samples;
+  int64_t in = spec.in_features > 0 ? spec.in_features : ModelInFeatures(s.model);
+  int64_t out = spec.out_features > 0 ? spec.out_features : ModelOutFeatures(s.model);
+  if (n < 1 || in < 1 || out < 1) return Status::Invalid("data: samples, in_features and out_features must be >= 1");
+  Draws d(spec.seed);
+  if (spec.kind == "regression") {
+    std::vector<double> a = Matrix(d, in, out, spec.exact, 1.0 / std::sqrt(static_cast<double>(in)));
+    std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
+    std::vector<double> ys(static_cast<size_t>(n * out));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < out; ++c) {
+        double acc = 0;
+        for (int64_t k = 0; k < in; ++k) acc += xs[static_cast<size_t>(r * in + k)] * a[static_cast<size_t>(k * out + c)];
+        ys[static_cast<size_t>(r * out + c)] = acc;
+      }
+    }
+    for (double& v : ys) v = spec.exact ? static_cast<double>(d.Int(-4, 4)) / 4.0 : v + 0.1 * d.Normal();
+    *x = Rounded(Tensor(DType::kFloat64, {n, in}, std::move(xs)), s.precision);
+    *y = Rounded(Tensor(DType::kFloat64, {n, out}, std::move(ys)), s.precision);
+    return Status::Ok();
+  }
+  if (spec.kind == "classification") {
+    std::vector<double> w(static_cast<size_t>(in * out));
+    for (double& v : w) v = spec.exact ? static_cast<double>(d.Int(-2, 2)) : d.Normal();
+    std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
+    std::vector<double> labels(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      double best = 0;
+      for (int64_t c = 0; c < out; ++c) {
+        double acc = 0;
+        for (int64_t k = 0; k < in; ++k) acc += xs[static_cast<size_t>(r * in + k)] * w[static_cast<size_t>(k * out + c)];
+        if (c == 0 || acc > best) {
+          best = acc;
+          labels[static_cast<size_t>(r)] = static_cast<double>(c);
+        }
+      }
+    }
+    *x = Rounded(Tensor(DType::kFloat64, {n, in}, std::move(xs)), s.precision);
+    *y = Tensor(DType::kInt64, {n}, std::move(labels));
+    return Status::Ok();
+  }
+  return Status::Invalid("data: unknown kind '" + spec.kind + "'");
+}
+
+}  // namespace ddpcheck::core

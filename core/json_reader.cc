@@ -1,0 +1,219 @@
+#include "core/json_reader.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/suggest.h"
+
+namespace ddpcheck::core {
+
+using nlohmann::json;
+
+std::string JsonPath(const std::string& path, const std::string& key) {
+  std::string escaped;
+  for (char c : key) {
+    if (c == '~') escaped += "~0";
+    else if (c == '/') escaped += "~1";
+    else escaped += c;
+  }
+  return path + "/" + escaped;
+}
+
+std::string JsonPath(const std::string& path, size_t index) { return path + "/" + std::to_string(index); }
+
+std::string DescribeJson(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+Status JsonError(const std::string& path, const std::string& expected, const json& found) {
+  return Status::Invalid(path + ": " + expected + ", got " + DescribeJson(found));
+}
+
+namespace {
+// An integral float within the range where doubles are exact.
+bool IntegralFloat(const json& v, double* d) {
+  if (!v.is_number_float()) return false;
+  *d = v.get<double>();
+  return std::isfinite(*d) && *d == std::floor(*d) && std::fabs(*d) <= 0x1p53;
+}
+}  // namespace
+
+Status ReadInt64(const json& v, const std::string& path, int64_t* out) {
+  double d;
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    *out = v.get<int64_t>();
+  } else if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return JsonError(path, "must be an integer below 2^63", v);
+    }
+    *out = static_cast<int64_t>(u);
+  } else if (IntegralFloat(v, &d)) {
+    *out = static_cast<int64_t>(d);
+  } else {
+    return JsonError(path, "must be an integer", v);
+  }
+  return Status::Ok();
+}
+
+Status ReadUint64(const json& v, const std::string& path, uint64_t* out) {
+  double d;
+  if (v.is_number_unsigned()) {
+    *out = v.get<uint64_t>();
+  } else if (v.is_number_integer() || (IntegralFloat(v, &d) && d < 0)) {
+    return JsonError(path, "must be a non-negative integer", v);
+  } else if (IntegralFloat(v, &d)) {
+    *out = static_cast<uint64_t>(d);
+  } else {
+    return JsonError(path, "must be a non-negative integer", v);
+  }
+  return Status::Ok();
+}
+
+Status ReadDouble(const json& v, const std::string& path, double* out) {
+  if (!v.is_number()) return JsonError(path, "must be a number", v);
+  *out = v.get<double>();
+  return Status::Ok();
+}
+
+Status ReadBool(const json& v, const std::string& path, bool* out) {
+  if (!v.is_boolean()) return JsonError(path, "must be true or false", v);
+  *out = v.get<bool>();
+  return Status::Ok();
+}
+
+Status ReadString(const json& v, const std::string& path, std::string* out) {
+  if (!v.is_string()) return JsonError(path, "must be a string", v);
+  *out = v.get<std::string>();
+  return Status::Ok();
+}
+
+namespace {
+
+// Appends the values of `v` (shape `shape` from depth `depth` on) in C order.
+Status Flatten(const json& v, const std::string& path, const std::vector<int64_t>& shape, size_t depth,
+               std::vector<double>* values, bool* all_int) {
+  if (depth == shape.size()) {
+    if (!v.is_number()) return JsonError(path, "must be a number", v);
+    if (!v.is_number_integer()) *all_int = false;
+    if (v.is_number_integer()) {
+      int64_t i = 0;
+      DDPCHECK_RETURN_IF_ERROR(ReadInt64(v, path, &i));
+      if (i > (int64_t{1} << 53) || i < -(int64_t{1} << 53)) {
+        return JsonError(path, "must be an integer of magnitude <= 2^53", v);
+      }
+      values->push_back(static_cast<double>(i));
+    } else {
+      values->push_back(v.get<double>());
+    }
+    return Status::Ok();
+  }
+  if (!v.is_array() || static_cast<int64_t>(v.size()) != shape[depth]) {
+    return JsonError(path, "must be an array of " + std::to_string(shape[depth]) + " (rows must have equal lengths)",
+                     v);
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    DDPCHECK_RETURN_IF_ERROR(Flatten(v[i], JsonPath(path, i), shape, depth + 1, values, all_int));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadTensor(const json& v, const std::string& path, bool allow_int, Tensor* out) {
+  std::vector<int64_t> shape;
+  for (const json* cur = &v; cur->is_array(); cur = &(*cur)[0]) {
+    shape.push_back(static_cast<int64_t>(cur->size()));
+    if (cur->empty()) break;
+  }
+  if (!v.is_array() && !v.is_number()) return JsonError(path, "must be a number or a nested array of numbers", v);
+  std::vector<double> values;
+  bool all_int = true;
+  if (NumelOf(shape) > 0 || shape.empty()) DDPCHECK_RETURN_IF_ERROR(Flatten(v, path, shape, 0, &values, &all_int));
+  DType dtype = allow_int && all_int && !values.empty() ? DType::kInt64 : DType::kFloat64;
+  *out = Tensor(dtype, shape, std::move(values));
+  return Status::Ok();
+}
+
+namespace {
+json TensorToJsonFrom(const Tensor& t, size_t depth, size_t* next) {
+  if (depth == t.shape.size()) {
+    double v = t.data[(*next)++];
+    if (!IsFloating(t.dtype)) return json(static_cast<int64_t>(v));
+    return json(v);
+  }
+  json a = json::array();
+  for (int64_t i = 0; i < t.shape[depth]; ++i) a.push_back(TensorToJsonFrom(t, depth + 1, next));
+  return a;
+}
+}  // namespace
+
+json TensorToJson(const Tensor& t) {
+  size_t next = 0;
+  return TensorToJsonFrom(t, 0, &next);
+}
+
+Status JsonObject::Open(const json& v, const std::string& path, const std::vector<std::string>& allowed,
+                        JsonObject* out) {
+  if (!v.is_object()) return JsonError(path.empty() ? "/" : path, "must be an object", v);
+  for (const auto& item : v.items()) {
+    bool known = false;
+    for (const auto& a : allowed) known = known || a == item.key();
+    if (!known) {
+      return Status::Invalid(JsonPath(path, item.key()) + ": unknown key; " + SuggestionFor(item.key(), allowed));
+    }
+  }
+  out->v_ = &v;
+  out->path_ = path;
+  return Status::Ok();
+}
+
+Status JsonObject::Require(const std::string& key, const std::string& what) const {
+  if (Has(key)) return Status::Ok();
+  return Status::Invalid(PathOf(key) + ": missing; " + what);
+}
+
+Status JsonObject::Int(const std::string& key, int64_t* out) const {
+  return Has(key) ? ReadInt64(At(key), PathOf(key), out) : Status::Ok();
+}
+
+Status JsonObject::Int(const std::string& key, int* out) const {
+  if (!Has(key)) return Status::Ok();
+  int64_t v = 0;
+  DDPCHECK_RETURN_IF_ERROR(ReadInt64(At(key), PathOf(key), &v));
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    return JsonError(PathOf(key), "must be a 32-bit integer", At(key));
+  }
+  *out = static_cast<int>(v);
+  return Status::Ok();
+}
+
+Status JsonObject::Uint(const std::string& key, uint64_t* out) const {
+  return Has(key) ? ReadUint64(At(key), PathOf(key), out) : Status::Ok();
+}
+
+Status JsonObject::Double(const std::string& key, double* out) const {
+  return Has(key) ? ReadDouble(At(key), PathOf(key), out) : Status::Ok();
+}
+
+Status JsonObject::Bool(const std::string& key, bool* out) const {
+  return Has(key) ? ReadBool(At(key), PathOf(key), out) : Status::Ok();
+}
+
+Status JsonObject::String(const std::string& key, std::string* out) const {
+  return Has(key) ? ReadString(At(key), PathOf(key), out) : Status::Ok();
+}
+
+Status JsonObject::Enum(const std::string& key, const std::vector<std::string>& choices, std::string* out) const {
+  if (!Has(key)) return Status::Ok();
+  std::string s;
+  DDPCHECK_RETURN_IF_ERROR(ReadString(At(key), PathOf(key), &s));
+  for (const auto& c : choices) {
+    if (c == s) { *out = s; return Status::Ok(); }
+  }
+  return Status::Invalid(PathOf(key) + ": unknown value '" + s + "'; " + SuggestionFor(s, choices));
+}
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,130 @@
+#include "core/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+
+// Every fused step is an explicit std::fma; everything else rounds per operation: keep the compiler from
+// fusing a * b + c into an FMA on targets that have one (GCC's C++ default is -ffp-contract=fast, so a
+// -march with FMA, or aarch64, would otherwise change the last bit; tests/optimizer_test.cc catches it).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace ddpcheck::core {
+namespace {
+
+// x.add_(y, alpha=a): one fused rounding, with a rounded to T first.
+template <typename T>
+T AddAlpha(T x, T y, double alpha) {
+  return std::fma(static_cast<T>(alpha), y, x);
+}
+
+template <typename T>
+void SgdStep(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, ParamState<T>* st) {
+  const bool first = st->momentum_buffer.empty();
+  if (s.momentum != 0 && first) st->momentum_buffer.resize(static_cast<size_t>(n));
+  const T momentum = static_cast<T>(s.momentum);
+  for (int64_t i = 0; i < n; ++i) {
+    T d = s.maximize ? -g[i] : g[i];
+    if (s.weight_decay != 0) d = AddAlpha(d, p[i], s.weight_decay);
+    if (s.momentum != 0) {
+      T& buf = st->momentum_buffer[static_cast<size_t>(i)];
+      if (first) {
+        buf = d;  // torch.clone(d_p): no dampening on the first step
+      } else {
+        T scaled = buf * momentum;  // buf.mul_(momentum)
+        buf = AddAlpha(scaled, d, 1 - s.dampening);
+      }
+      d = s.nesterov ? AddAlpha(d, buf, s.momentum) : buf;
+    }
+    p[i] = AddAlpha(p[i], d, -lr);
+  }
+}
+
+// Adam (decoupled = false: L2 added to the gradient) and AdamW (decoupled = true: p *= 1 - lr * wd first).
+template <typename T>
+void AdamStep(const OptimizerSpec& s, bool decoupled, double lr, T* p, const T* g, int64_t n, ParamState<T>* st) {
+  if (st->exp_avg.empty()) {
+    st->exp_avg.assign(static_cast<size_t>(n), T(0));
+    st->exp_avg_sq.assign(static_cast<size_t>(n), T(0));
+  }
+  st->step += 1.0f;  // step_t += 1 on a float32 tensor
+  // Python floats: step = step_t.item(); beta ** step is pow(); math.sqrt.
+  const double step = static_cast<double>(st->step);
+  const double bias_correction1 = 1 - std::pow(s.beta1, step);
+  const double bias_correction2 = 1 - std::pow(s.beta2, step);
+  const double step_size = lr / bias_correction1;
+  const T bc2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  const T beta1 = static_cast<T>(s.beta1), beta2 = static_cast<T>(s.beta2);
+  const T one_minus_beta2 = static_cast<T>(1 - s.beta2);
+  const T eps = static_cast<T>(s.eps);
+  const T neg_step_size = static_cast<T>(-step_size);
+  const T decay = static_cast<T>(1 - lr * s.weight_decay);
+  for (int64_t i = 0; i < n; ++i) {
+    T grad = s.maximize ? -g[i] : g[i];
+    if (decoupled) {
+      p[i] = p[i] * decay;  // param.mul_(1 - lr * weight_decay)
+    } else if (s.weight_decay != 0) {
+      grad = AddAlpha(grad, p[i], s.weight_decay);  // grad.add(param, alpha=weight_decay)
+    }
+    T& m = st->exp_avg[static_cast<size_t>(i)];
+    T& v = st->exp_avg_sq[static_cast<size_t>(i)];
+    T m_scaled = m * beta1;  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    m = AddAlpha(m_scaled, grad, 1 - s.beta1);
+    T v_scaled = v * beta2;  // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    T cg = one_minus_beta2 * grad;
+    v = std::fma(cg, grad, v_scaled);
+    T root = std::sqrt(v);  // (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    T scaled_root = root / bc2_sqrt;
+    T denom = scaled_root + eps;
+    T num = neg_step_size * m;  // param.addcdiv_(exp_avg, denom, value=-step_size)
+    T quot = num / denom;
+    p[i] = p[i] + quot;
+  }
+}
+
+}  // namespace
+
+Status ValidateOptimizerSpec(const OptimizerSpec& s) {
+  auto bad = [](const std::string& what, double v) {
+    return Status::Invalid("optimizer: Invalid " + what + " value: " + std::to_string(v));
+  };
+  if (s.type != "sgd" && s.type != "adam" && s.type != "adamw") {
+    return Status::Invalid("optimizer: unknown type '" + s.type + "'; expected sgd, adam or adamw");
+  }
+  if (!(s.lr >= 0)) return Status::Invalid("optimizer: Invalid learning rate: " + std::to_string(s.lr));
+  if (!(s.weight_decay >= 0)) return bad("weight_decay", s.weight_decay);
+  if (s.type == "sgd") {
+    if (!(s.momentum >= 0)) return bad("momentum", s.momentum);
+    if (s.nesterov && (s.momentum <= 0 || s.dampening != 0)) {
+      return Status::Invalid("optimizer: Nesterov momentum requires a momentum and zero dampening");
+    }
+  } else {
+    if (!(s.eps >= 0)) return Status::Invalid("optimizer: Invalid epsilon value: " + std::to_string(s.eps));
+    if (!(s.beta1 >= 0 && s.beta1 < 1)) return bad("beta parameter at index 0", s.beta1);
+    if (!(s.beta2 >= 0 && s.beta2 < 1)) return bad("beta parameter at index 1", s.beta2);
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+void OptimizerStep(const OptimizerSpec& spec, double lr, T* p, const T* g, int64_t n, ParamState<T>* st) {
+  Status valid = ValidateOptimizerSpec(spec);
+  DDPCHECK_CHECK(valid.ok(), valid.message());
+  DDPCHECK_CHECK_GE(n, 0);
+  if (spec.type == "sgd") {
+    SgdStep(spec, lr, p, g, n, st);
+  } else {
+    AdamStep(spec, spec.type == "adamw", lr, p, g, n, st);
+  }
+}
+
+template void OptimizerStep<float>(const OptimizerSpec&, double, float*, const float*, int64_t, ParamState<float>*);
+template void OptimizerStep<double>(const OptimizerSpec&, double, double*, const double*, int64_t,
+                                    ParamState<double>*);
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,69 @@
+#include "core/plan.h"
+
+#include <algorithm>
+
+#include "core/sampler.h"
+
+namespace ddpcheck::core {
+
+PlanOptions DefaultPlanOptions(const Scenario& s) {
+  PlanOptions o;
+  o.sampler_seed = s.sampler.seed;
+  o.set_epoch = s.sampler.set_epoch;
+  return o;
+}
+
+Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vector<StepPlan>* out) {
+  out->clear();
+  const int64_t k = std::max<int64_t>(1, s.ddp.no_sync_steps);
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
+    SamplerConfig cfg;
+    cfg.n = s.data.x.shape.empty() ? 0 : s.data.x.shape[0];
+    cfg.world = s.world;
+    cfg.shuffle = s.sampler.shuffle;
+    cfg.seed = opts.sampler_seed;
+    cfg.epoch = opts.set_epoch ? epoch : 0;
+    cfg.drop_last = s.sampler.drop_last;
+    std::vector<int64_t> shard;
+    DDPCHECK_RETURN_IF_ERROR(ShardIndices(cfg, rank, &shard));
+    std::vector<std::vector<int64_t>> batches = Batches(shard, s.batch_size);
+    if (opts.drop_batches > 0) {
+      batches.resize(static_cast<size_t>(std::max<int64_t>(0, static_cast<int64_t>(batches.size()) - opts.drop_batches)));
+    }
+    const int64_t steps_in_epoch = static_cast<int64_t>(batches.size()) / k;
+    for (int64_t i = 0; i < steps_in_epoch; ++i) {
+      if (s.steps >= 0 && step >= s.steps) return Status::Ok();
+      StepPlan p;
+      p.step = step++;
+      p.epoch = epoch;
+      p.step_in_epoch = i;
+      p.last_in_epoch = (i + 1 == steps_in_epoch);
+      for (int64_t m = 0; m < k; ++m) p.micro_batches.push_back(batches[static_cast<size_t>(i * k + m)]);
+      out->push_back(std::move(p));
+    }
+  }
+  return Status::Ok();
+}
+
+Batch MakeBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows) {
+  Batch b;
+  b.indices = rows;
+  const int64_t in = x.shape.size() > 1 ? x.shape[1] : 1;
+  b.x = Tensor(x.dtype, {static_cast<int64_t>(rows.size()), in}, {});
+  b.x.data.reserve(rows.size() * static_cast<size_t>(in));
+  for (int64_t r : rows) {
+    b.x.data.insert(b.x.data.end(), x.data.begin() + r * in, x.data.begin() + (r + 1) * in);
+  }
+  const int64_t out = y.shape.size() > 1 ? y.shape[1] : 1;
+  std::vector<int64_t> yshape = {static_cast<int64_t>(rows.size())};
+  if (y.shape.size() > 1) yshape.push_back(out);
+  b.y = Tensor(y.dtype, yshape, {});
+  b.y.data.reserve(rows.size() * static_cast<size_t>(out));
+  for (int64_t r : rows) {
+    b.y.data.insert(b.y.data.end(), y.data.begin() + r * out, y.data.begin() + (r + 1) * out);
+  }
+  return b;
+}
+
+}  // namespace ddpcheck::core

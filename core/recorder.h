@@ -1,0 +1,44 @@
+// StepRecorder: how the protocol code writes into a Trace without knowing the backend: values are read from
+// the replica's device memory only when recording is on.
+#pragma once
+
+#include <string>
+
+#include "core/replica.h"
+#include "core/trace.h"
+
+namespace ddpcheck::core {
+
+class StepRecorder {
+ public:
+  StepRecorder(Trace* trace, Replica* replica, int rank) : trace_(trace), replica_(replica), rank_(rank) {}
+  bool enabled() const { return trace_ != nullptr; }
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+  int rank() const { return rank_; }
+
+  void Record(Checkpoint c, const std::string& name, Tensor value, int rank_override = -2) const {
+    if (!trace_) return;
+    trace_->Add({step_, c, name, rank_override == -2 ? rank_ : rank_override}, std::move(value));
+  }
+  // Copies device memory `src` (shape `shape`) to the host and records it.
+  void RecordSpan(Checkpoint c, const std::string& name, ConstSpan src, const std::vector<int64_t>& shape) const {
+    if (!trace_) return;
+    Record(c, name, replica_->ToHost(src, shape));
+  }
+  void RecordParams(Checkpoint c) const;   // every parameter's value
+  void RecordGrads(Checkpoint c) const;    // every defined gradient
+  void RecordBuffers(Checkpoint c) const;  // every buffer (dtype as declared, e.g. int64 num_batches_tracked)
+  void Event(const std::string& kind, const std::string& message) const {
+    if (trace_) trace_->AddEvent({step_, rank_, kind, message});
+  }
+  Trace* trace() const { return trace_; }
+
+ private:
+  Trace* trace_;
+  Replica* replica_;
+  int rank_;
+  int64_t step_ = 0;
+};
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,151 @@
+// ValidateScenario and the training-loop checks (CheckTraining).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/fault_spec.h"
+#include "core/json_reader.h"
+#include "core/scenario_checks.h"
+
+namespace ddpcheck::core {
+
+Status ValueError(const std::string& path, const std::string& expected, double value) {
+  return Status::Invalid(path + ": " + expected + ", got " + fmt::format("{}", value));
+}
+
+Status ValueError(const std::string& path, const std::string& expected, int64_t value) {
+  return Status::Invalid(path + ": " + expected + ", got " + std::to_string(value));
+}
+
+namespace {
+
+Status CheckOptimizer(const OptimizerSpec& o) {
+  // torch.optim's constructor checks, with torch's wording after ours.
+  if (!(o.lr >= 0)) return ValueError("/optimizer/lr", "must be >= 0 (torch: Invalid learning rate)", o.lr);
+  if (!(o.weight_decay >= 0)) {
+    return ValueError("/optimizer/weight_decay", "must be >= 0 (torch: Invalid weight_decay value)", o.weight_decay);
+  }
+  if (o.type == "sgd") {
+    if (!(o.momentum >= 0)) return ValueError("/optimizer/momentum", "must be >= 0 (torch: Invalid momentum value)", o.momentum);
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+      return Status::Invalid("/optimizer/nesterov: Nesterov momentum requires a momentum and zero dampening, got "
+                             "momentum " + fmt::format("{}", o.momentum) + ", dampening " +
+                             fmt::format("{}", o.dampening));
+    }
+  } else {
+    if (!(o.eps >= 0)) return ValueError("/optimizer/eps", "must be >= 0 (torch: Invalid epsilon value)", o.eps);
+    if (!(o.beta1 >= 0 && o.beta1 < 1)) {
+      return ValueError("/optimizer/betas/0", "must be in [0, 1) (torch: Invalid beta parameter at index 0)", o.beta1);
+    }
+    if (!(o.beta2 >= 0 && o.beta2 < 1)) {
+      return ValueError("/optimizer/betas/1", "must be in [0, 1) (torch: Invalid beta parameter at index 1)", o.beta2);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckScheduler(const SchedulerSpec& s, const std::string& path) {
+  if (s.type != "step" && s.type != "multistep" && s.type != "exponential" && s.type != "cosine" &&
+      s.type != "linear") {
+    return Status::Invalid(JsonPath(path, "type") + ": must be step, multistep, exponential, cosine or linear, got '" +
+                           s.type + "'");
+  }
+  if (s.type == "step" && s.step_size < 1) return ValueError(JsonPath(path, "step_size"), "must be >= 1", s.step_size);
+  if (s.type == "multistep") {
+    for (size_t i = 0; i < s.milestones.size(); ++i) {
+      if (s.milestones[i] < 0) {
+        return ValueError(JsonPath(JsonPath(path, "milestones"), i), "must be an epoch >= 0", s.milestones[i]);
+      }
+    }
+  }
+  if ((s.type == "step" || s.type == "multistep" || s.type == "exponential") && !(s.gamma >= 0)) {
+    return ValueError(JsonPath(path, "gamma"), "must be >= 0", s.gamma);
+  }
+  if (s.type == "cosine") {
+    if (s.t_max < 1) return ValueError(JsonPath(path, "t_max"), "must be >= 1", s.t_max);
+    if (!(s.eta_min >= 0)) return ValueError(JsonPath(path, "eta_min"), "must be >= 0", s.eta_min);
+  }
+  if (s.type == "linear") {
+    // torch.optim.lr_scheduler.LinearLR's own checks.
+    if (!(s.start_factor > 0 && s.start_factor <= 1)) {
+      return ValueError(JsonPath(path, "start_factor"), "must be in (0, 1]", s.start_factor);
+    }
+    if (!(s.end_factor >= 0 && s.end_factor <= 1)) {
+      return ValueError(JsonPath(path, "end_factor"), "must be in [0, 1]", s.end_factor);
+    }
+    if (s.total_iters < 1) return ValueError(JsonPath(path, "total_iters"), "must be >= 1", s.total_iters);
+  }
+  return Status::Ok();
+}
+
+Status CheckAmp(const Scenario& s) {
+  const AmpSpec& a = s.amp;
+  if (a.dtype != "fp16" && a.dtype != "bf16") {
+    return Status::Invalid("/amp/dtype: must be fp16 or bf16, got '" + a.dtype + "'");
+  }
+  if (!(a.init_scale > 0)) return ValueError("/amp/init_scale", "must be > 0", a.init_scale);
+  if (!(a.growth_factor > 1)) return ValueError("/amp/growth_factor", "must be > 1", a.growth_factor);
+  if (!(a.backoff_factor > 0 && a.backoff_factor < 1)) {
+    return ValueError("/amp/backoff_factor", "must be in (0, 1)", a.backoff_factor);
+  }
+  if (a.growth_interval < 1) return ValueError("/amp/growth_interval", "must be >= 1", a.growth_interval);
+  if (!(a.clip_grad_norm >= 0)) return ValueError("/amp/clip_grad_norm", "must be >= 0 (0: no clipping)", a.clip_grad_norm);
+  if (a.enabled && s.precision != DType::kFloat32) {
+    return Status::Invalid("/amp/enabled: AMP keeps fp32 master weights and needs \"precision\": \"fp32\", got " +
+                           DTypeName(s.precision));
+  }
+  return Status::Ok();
+}
+
+Status CheckFaults(const Scenario& s) {
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const FaultSpec& f = s.faults[i];
+    std::string path = JsonPath("/faults", i);
+    if (!IsKnownFaultName(f.name)) {
+      return Status::Invalid(path + ": unknown fault '" + f.name + "'; expected a fault name of BUGS.md");
+    }
+    if (f.rank >= s.world) {
+      return ValueError(path + "/rank", "must be < world (" + std::to_string(s.world) + ")", int64_t{f.rank});
+    }
+    if (f.rank < -1) return ValueError(path + "/rank", "must be >= 0", int64_t{f.rank});
+    if (f.step < -1) return ValueError(path + "/step", "must be >= 0", f.step);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckTraining(const Scenario& s) {
+  if (s.world < 1 || s.world > 4096) return ValueError("/world", "must be in [1, 4096]", int64_t{s.world});
+  if (s.batch_size < 1) return ValueError("/batch_size", "must be >= 1", s.batch_size);
+  if (s.epochs < 1) return ValueError("/epochs", "must be >= 1", s.epochs);
+  if (s.steps < -1) return ValueError("/steps", "must be >= 0 (or -1: every step of every epoch)", s.steps);
+  if (s.loss != "mse" && s.loss != "cross_entropy") {
+    return Status::Invalid("/loss: must be mse or cross_entropy, got '" + s.loss + "'");
+  }
+  if (s.precision != DType::kFloat64 && s.precision != DType::kFloat32) {
+    return Status::Invalid("/precision: must be fp64 or fp32, got " + DTypeName(s.precision));
+  }
+  const DdpSpec& d = s.ddp;
+  if (!(d.bucket_cap_mb > 0)) return ValueError("/ddp/bucket_cap_mb", "must be > 0", d.bucket_cap_mb);
+  if (d.first_bucket_bytes < 1) return ValueError("/ddp/first_bucket_bytes", "must be >= 1", d.first_bucket_bytes);
+  if (d.no_sync_steps < 1) return ValueError("/ddp/no_sync_steps", "must be >= 1 (1: no accumulation)", d.no_sync_steps);
+  if (s.optimizer.type != "sgd" && s.optimizer.type != "adam" && s.optimizer.type != "adamw") {
+    return Status::Invalid("/optimizer/type: must be sgd, adam or adamw, got '" + s.optimizer.type + "'");
+  }
+  DDPCHECK_RETURN_IF_ERROR(CheckOptimizer(s.optimizer));
+  for (size_t i = 0; i < s.schedulers.size(); ++i) {
+    DDPCHECK_RETURN_IF_ERROR(CheckScheduler(s.schedulers[i], JsonPath("/schedulers", i)));
+  }
+  DDPCHECK_RETURN_IF_ERROR(CheckAmp(s));
+  return CheckFaults(s);
+}
+
+Status ValidateScenario(const Scenario& s) {
+  Status st = CheckTraining(s);
+  if (st.ok()) st = CheckModelAndData(s);
+  if (st.ok()) st = CheckInit(s);
+  return st.Prefixed(s.source.empty() ? "<scenario>" : s.source);
+}
+
+}  // namespace ddpcheck::core

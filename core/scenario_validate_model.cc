@@ -1,0 +1,162 @@
+// CheckModelAndData and CheckInit: the model's shapes against the data and the initial values.
+#include <cmath>
+#include <set>
+
+#include "core/json_reader.h"
+#include "core/model_spec.h"
+#include "core/npy.h"
+#include "core/scenario_checks.h"
+#include "core/suggest.h"
+
+namespace ddpcheck::core {
+
+namespace {
+
+bool Loaded(const DataSpec& d) { return d.kind == "npy" || d.kind == "inline"; }
+
+// How messages name a loaded data tensor: "/data/y (y.npy)" for files, "/data/y" inline.
+std::string DataPath(const DataSpec& d, const std::string& key) {
+  std::string file = key == "x" ? d.x_path : d.y_path;
+  return "/data/" + key + (d.kind == "npy" ? " (" + file + ")" : "");
+}
+
+Status CheckLayer(const Scenario& s, size_t i, int64_t* width, std::string* width_from) {
+  const LayerSpec& l = s.model[i];
+  std::string path = JsonPath("/model", i);
+  auto must_match = [&](const std::string& key, int64_t v) -> Status {
+    if (*width > 0 && v != *width) {
+      return ValueError(JsonPath(path, key), "must equal " + *width_from + " (" + std::to_string(*width) + ")", v);
+    }
+    return Status::Ok();
+  };
+  if (l.type == "linear") {
+    if (l.in_features < 1) return ValueError(JsonPath(path, "in"), "must be >= 1", l.in_features);
+    if (l.out_features < 1) return ValueError(JsonPath(path, "out"), "must be >= 1", l.out_features);
+    DDPCHECK_RETURN_IF_ERROR(must_match("in", l.in_features));
+    *width = l.out_features;
+    *width_from = "the output width of " + path;
+  } else if (l.type == "batchnorm1d") {
+    if (l.num_features < 1) return ValueError(JsonPath(path, "features"), "must be >= 1", l.num_features);
+    DDPCHECK_RETURN_IF_ERROR(must_match("features", l.num_features));
+    if (!(l.eps > 0)) return ValueError(JsonPath(path, "eps"), "must be > 0", l.eps);
+    if (!l.momentum_none && !(l.momentum >= 0 && l.momentum <= 1)) {
+      return ValueError(JsonPath(path, "momentum"), "must be in [0, 1] or null", l.momentum);
+    }
+    *width = l.num_features;
+    *width_from = "the output width of " + path;
+  } else if (l.type == "dropout") {
+    if (!(l.p >= 0 && l.p <= 1)) {
+      return ValueError(JsonPath(path, "p"), "must be in [0, 1] (torch: dropout probability has to be between 0 and 1)",
+                        l.p);
+    }
+  } else if (l.type != "relu" && l.type != "tanh") {
+    return Status::Invalid(JsonPath(path, "type") + ": unknown layer type '" + l.type +
+                           "'; expected one of linear, relu, tanh, batchnorm1d, dropout");
+  }
+  for (size_t k = 0; k < l.unused_on_ranks.size(); ++k) {
+    int r = l.unused_on_ranks[k];
+    if (r < 0 || r >= s.world) {
+      return ValueError(JsonPath(JsonPath(path, "unused"), k), "must be a rank in [0, " + std::to_string(s.world) + ")",
+                        int64_t{r});
+    }
+  }
+  return Status::Ok();
+}
+
+// Loaded x and y against the model's input width, output width and the loss.
+Status CheckLoadedData(const Scenario& s, int64_t out_width) {
+  const DataSpec& d = s.data;
+  if (d.x.shape.size() != 2) {
+    return Status::Invalid(DataPath(d, "x") + ": must be 2-D (N, in_features), got shape " + ShapeString(d.x.shape));
+  }
+  int64_t n = d.x.shape[0];
+  if (n < 1) return Status::Invalid(DataPath(d, "x") + ": must hold at least 1 sample, got shape " + ShapeString(d.x.shape));
+  if (s.loss == "mse") return ExpectShape(d.y, {n, out_width}, DataPath(d, "y"));
+  DDPCHECK_RETURN_IF_ERROR(ExpectShape(d.y, {n}, DataPath(d, "y") + " (cross_entropy class ids)"));
+  for (size_t i = 0; i < d.y.data.size(); ++i) {
+    double c = d.y.data[i];
+    if (c != std::floor(c) || c < 0 || c >= static_cast<double>(out_width)) {
+      return ValueError(DataPath(d, "y") + "/" + std::to_string(i),
+                        "class id must be an integer in [0, " + std::to_string(out_width) + ") (the model's output width)",
+                        c);
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckSyntheticData(const Scenario& s, int64_t out_width) {
+  const DataSpec& d = s.data;
+  if (d.samples < 1) return ValueError("/data/samples", "must be >= 1", d.samples);
+  if (d.in_features < 1) return ValueError("/data/in_features", "must be >= 1", d.in_features);
+  if (d.out_features != out_width) {
+    return ValueError("/data/out_features", "must equal the model's output width (" + std::to_string(out_width) + ")",
+                      d.out_features);
+  }
+  if (d.kind == "regression" && s.loss != "mse") {
+    return Status::Invalid("/data/kind: cross_entropy needs class ids: use \"classification\" (or npy/inline data with "
+                           "(N) class ids), got 'regression'");
+  }
+  if (d.kind == "classification" && s.loss != "cross_entropy") {
+    return Status::Invalid("/data/kind: 'classification' makes class ids, which need \"loss\": \"cross_entropy\", got "
+                           "loss '" + s.loss + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckModelAndData(const Scenario& s) {
+  if (s.model.empty()) return Status::Invalid("/model: must have at least one layer, got []");
+  const DataSpec& d = s.data;
+  if (d.kind != "regression" && d.kind != "classification" && !Loaded(d)) {
+    return Status::Invalid("/data/kind: must be regression, classification, npy or inline, got '" + d.kind + "'");
+  }
+  int64_t width = d.in_features;
+  std::string width_from = "/data/in_features";
+  if (Loaded(d)) {
+    width = d.x.shape.size() == 2 ? d.x.shape[1] : 0;
+    width_from = "the width of " + DataPath(d, "x");
+  }
+  for (size_t i = 0; i < s.model.size(); ++i) DDPCHECK_RETURN_IF_ERROR(CheckLayer(s, i, &width, &width_from));
+  if (width < 1) return Status::Invalid("/model: has no linear or batchnorm1d layer to fix the feature width");
+  return Loaded(d) ? CheckLoadedData(s, width) : CheckSyntheticData(s, width);
+}
+
+Status CheckInit(const Scenario& s) {
+  const InitSpec& in = s.init;
+  if (in.kind == "seed") {
+    if (in.seeds.empty() || (in.seeds.size() != 1 && static_cast<int64_t>(in.seeds.size()) < s.world)) {
+      return ValueError("/init/seeds", "must hold 1 seed or one per rank (world " + std::to_string(s.world) + ")",
+                        static_cast<int64_t>(in.seeds.size()));
+    }
+    return Status::Ok();
+  }
+  if (in.kind != "npy" && in.kind != "inline") {
+    return Status::Invalid("/init/kind: must be seed, npy or inline, got '" + in.kind + "'");
+  }
+  std::string base = in.kind == "npy" ? "/init/files" : "/init/values";
+  std::vector<NamedShape> params = ModelParameters(s.model), buffers = ModelBuffers(s.model);
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  for (const auto& b : buffers) names.push_back(b.name);
+  for (const auto& [name, t] : in.values) {
+    std::string path = JsonPath(base, name);
+    const NamedShape* match = nullptr;
+    for (const auto* list : {&params, &buffers}) {
+      for (const auto& p : *list) match = p.name == name ? &p : match;
+    }
+    if (match == nullptr) {
+      return Status::Invalid(path + ": no such parameter or buffer in the model; " + SuggestionFor(name, names));
+    }
+    DDPCHECK_RETURN_IF_ERROR(ExpectShape(t, match->shape, path));
+  }
+  for (const auto& p : params) {
+    if (!in.values.count(p.name)) {
+      return Status::Invalid(base + ": missing parameter '" + p.name + "' of shape " + ShapeString(p.shape) +
+                             "; npy and inline init must give every parameter (buffers are optional)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddpcheck::core

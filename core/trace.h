@@ -1,0 +1,95 @@
+// Trace: what one backend's run recorded, keyed (step, checkpoint, tensor, rank). Every backend records at the
+// same checkpoints (ARCHITECTURE.md), so traces line up key by key and Compare can name the first key that
+// differs. A trace is written to a folder (index.json + .npy files for large tensors) and read back.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ddpcheck::core {
+
+// In the order they happen within a step; the first failing key in this order is a report's headline.
+enum class Checkpoint {
+  kInit,            // params and buffers after DDP construction (the initial broadcast), step 0
+  kSampler,         // "indices": the dataset rows of this step's batch (micro-batches concatenated)
+  kForwardBuffers,  // buffers each rank's forward starts from (after the per-forward broadcast)
+  kLoss,            // "loss" of this rank's batch (the last micro-batch's under no_sync accumulation)
+  kLocalGrad,       // per parameter: this rank's gradient before DDP touches it
+  kBucket,          // "bucket<b>": flattened bucket contents before the all-reduce; "bucket<b>.params": layout
+  kReduced,         // per parameter: the gradient after DDP's all-reduce and write-back
+  kUnscaled,        // per parameter: gradient after GradScaler.unscale_ (and clipping) (AMP)
+  kScaler,          // "scale", "growth_tracker", "found_inf", "skipped" after update() (AMP)
+  kLr,              // "lr" in effect for this step's optimizer step
+  kParams,          // per parameter after the optimizer step
+  kBuffers,         // per buffer at the end of the step (BatchNorm running stats, rank-local)
+};
+constexpr int kNumCheckpoints = 12;
+
+std::string CheckpointName(Checkpoint c);  // "init", "sampler", "forward_buffers", ...
+bool ParseCheckpoint(const std::string& name, Checkpoint* out);
+
+// rank == kAllRanks: a value that holds for every rank (the reference's single parameter copy).
+constexpr int kAllRanks = -1;
+
+struct TraceKey {
+  int64_t step = 0;
+  Checkpoint checkpoint = Checkpoint::kInit;
+  std::string tensor;
+  int rank = kAllRanks;
+
+  bool operator<(const TraceKey& o) const;
+  bool operator==(const TraceKey& o) const;
+  // "step 3, reduced, 0.weight, rank 1"
+  std::string ToString() const;
+};
+
+// Something that happened instead of a value: a collective that timed out, a DDP error, a skipped step.
+struct TraceEvent {
+  int64_t step = 0;
+  int rank = kAllRanks;
+  std::string kind;     // "timeout", "ddp_error", "mismatch", ...
+  std::string message;  // the full Status text
+};
+
+class Trace {
+ public:
+  Trace() = default;
+  Trace(const Trace& o);
+  Trace& operator=(const Trace& o);
+
+  // Thread-safe: rank threads add concurrently. A second Add for one key replaces the first.
+  void Add(const TraceKey& key, Tensor value);
+  void AddEvent(TraceEvent event);
+  // nullptr when absent. Not synchronised with Add: read after the run.
+  const Tensor* Find(const TraceKey& key) const;
+  const std::map<TraceKey, Tensor>& records() const { return records_; }
+  const std::vector<TraceEvent>& events() const { return events_; }
+
+  // Provenance and run description: backend, world, precision, scenario name, version, commit, host.
+  nlohmann::json meta = nlohmann::json::object();
+
+  // Writes DIR/index.json (+ DIR/t<N>.npy for tensors of more than kInlineMax elements). Creates DIR.
+  Status Write(const std::string& dir) const;
+  static Status Read(const std::string& dir, Trace* out);
+
+  static constexpr int64_t kInlineMax = 64;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<TraceKey, Tensor> records_;
+  std::vector<TraceEvent> events_;
+};
+
+// JSON encoding of doubles that keeps NaN and infinities ("nan", "inf", "-inf" strings).
+nlohmann::json EncodeValue(double v);
+bool DecodeValue(const nlohmann::json& j, double* out);
+
+}  // namespace ddpcheck::core

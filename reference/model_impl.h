@@ -1,0 +1,209 @@
+// Definitions of Model<T>'s templated members; include reference/model.h, not this file.
+#pragma once
+
+#include <fmt/format.h>
+
+#include "reference/model.h"
+
+namespace ddpcheck::ref {
+
+template <class T>
+core::Status Model<T>::Build(const std::vector<core::LayerSpec>& layers, const std::string& loss, Model* out) {
+  Model m;
+  DDPCHECK_RETURN_IF_ERROR(ValidateModelSpec(layers, loss, &m.widths_));
+  m.specs_ = layers;
+  m.loss_ = loss;
+  for (const core::LayerSpec& spec : layers) m.layers_.push_back(MakeLayer(spec));
+  m.Register();
+  m.SetRank(0);
+  m.SetTraining(true);
+  m.InitFromSeed(0, false);
+  *out = std::move(m);
+  return core::Status::Ok();
+}
+
+template <class T>
+typename Model<T>::Layer Model<T>::MakeLayer(const core::LayerSpec& spec) {
+  if (spec.type == "linear") return Linear<T>(spec.in_features, spec.out_features, spec.bias);
+  if (spec.type == "relu") return ReLU<T>();
+  if (spec.type == "tanh") return Tanh<T>();
+  if (spec.type == "dropout") return Dropout<T>(spec.p);
+  DDPCHECK_CHECK_EQ(spec.type, std::string("batchnorm1d"));
+  BatchNormOptions o;
+  o.eps = spec.eps;
+  o.momentum = spec.momentum;
+  o.momentum_none = spec.momentum_none;
+  o.affine = spec.affine;
+  o.track_running_stats = spec.track_running_stats;
+  return BatchNorm1d<T>(spec.num_features, o);
+}
+
+template <class T>
+void Model<T>::Register() {
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    const int layer = static_cast<int>(li);
+    param_base_.push_back(static_cast<int>(param_slots_.size()));
+    std::visit(
+        [&](auto& l) {
+          for (int s = 0; s < l.num_params(); ++s) {
+            param_slots_.push_back({layer, s});
+            param_infos_.push_back({fmt::format("{}.{}", li, l.param_name(s)), l.param(s)->shape, core::DTypeOf<T>()});
+          }
+          for (int s = 0; s < l.num_buffers(); ++s) {
+            const Buffer<T>* b = l.buffer(s);
+            buffer_slots_.push_back({layer, s});
+            buffer_infos_.push_back({fmt::format("{}.{}", li, l.buffer_name(s)), b->shape, b->dtype});
+          }
+        },
+        layers_[li]);
+  }
+}
+
+template <class T>
+void Model<T>::SetTraining(bool training) {
+  training_ = training;
+  for (Layer& l : layers_) std::visit([&](auto& x) { x.SetTraining(training); }, l);
+}
+
+template <class T>
+void Model<T>::SetRank(int rank) {
+  rank_ = rank;
+  bypassed_.assign(specs_.size(), false);
+  for (size_t i = 0; i < specs_.size(); ++i) bypassed_[i] = LayerBypassedOnRank(specs_[i], rank);
+}
+
+template <class T>
+void Model<T>::InitFromSeed(uint64_t seed, bool exact) {
+  std::mt19937_64 rng(seed);
+  for (Layer& layer : layers_) {
+    if (auto* lin = std::get_if<Linear<T>>(&layer)) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(lin->in_features()));
+      for (int s = 0; s < lin->num_params(); ++s) {
+        for (T& v : lin->param(s)->value) {
+          v = exact ? static_cast<T>(static_cast<int>(rng() % 17) - 8) / T(16)
+                    : static_cast<T>((2.0 * PortableUniform(rng) - 1.0) * bound);
+        }
+      }
+    } else if (auto* bn = std::get_if<BatchNorm1d<T>>(&layer)) {
+      bn->ResetParameters();
+    }
+  }
+}
+
+template <class T>
+core::Status Model<T>::LoadValues(const std::map<std::string, core::Tensor>& values) {
+  std::string known;
+  for (const auto& info : param_infos_) known += (known.empty() ? "" : ", ") + info.name;
+  for (const auto& info : buffer_infos_) known += (known.empty() ? "" : ", ") + info.name;
+  for (const auto& [name, t] : values) {
+    const int p = param_index(name), b = buffer_index(name);
+    if (p < 0 && b < 0) {
+      return core::Status::NotFound(
+          fmt::format("LoadValues: the model has no parameter or buffer \"{}\"; it has {}", name, known));
+    }
+    const core::ParamInfo& info = p >= 0 ? param_info(p) : buffer_info(b);
+    if (t.shape != info.shape || t.numel() != info.numel()) {
+      return core::Status::Invalid(fmt::format("LoadValues: {}: shape {} ({} values) does not match the model's {}",
+                                               name, core::ShapeString(t.shape), t.numel(),
+                                               core::ShapeString(info.shape)));
+    }
+  }
+  for (const auto& [name, t] : values) {
+    const int p = param_index(name);
+    T* dst = p >= 0 ? param_data(p) : buffer_data(buffer_index(name));
+    for (size_t k = 0; k < t.data.size(); ++k) dst[k] = static_cast<T>(t.data[k]);
+  }
+  return core::Status::Ok();
+}
+
+template <class T>
+core::Status Model<T>::CheckInputs(const Matrix<T>& x, const core::Tensor& y) const {
+  const int64_t batch = x.rows();
+  if (batch < 1) return core::Status::Invalid("model input: the batch is empty");
+  if (widths_.in >= 0 && x.cols() != widths_.in) {
+    return core::Status::Invalid(
+        fmt::format("model input: x has {} features, the model takes {}", x.cols(), widths_.in));
+  }
+  const int64_t out = widths_.out >= 0 ? widths_.out : x.cols();
+  if (loss_ == "mse") {
+    if (y.shape != std::vector<int64_t>{batch, out}) {
+      return core::Status::Invalid(fmt::format("model input: mse targets have shape {}, want {}",
+                                               core::ShapeString(y.shape), core::ShapeString({batch, out})));
+    }
+  } else {
+    if (y.shape != std::vector<int64_t>{batch}) {
+      return core::Status::Invalid(fmt::format("model input: cross_entropy targets have shape {}, want {}",
+                                               core::ShapeString(y.shape), core::ShapeString({batch})));
+    }
+    for (double c : y.data) {
+      if (!(c >= 0 && c < static_cast<double>(out) && c == std::floor(c))) {
+        return core::Status::Invalid(fmt::format("model input: class id {} is not an integer in [0, {})", c, out));
+      }
+    }
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto* bn = std::get_if<BatchNorm1d<T>>(&layers_[i]);
+    if (bn != nullptr && !bypassed_[i] && bn->UsesBatchStats() && batch < 2) {
+      return core::Status::Invalid(fmt::format(
+          "model input: layer {} (batchnorm1d) needs more than 1 value per channel with batch statistics, got a "
+          "batch of {}", i, batch));
+    }
+  }
+  return core::Status::Ok();
+}
+
+template <class T>
+T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
+  const core::Status st = CheckInputs(x, y);
+  DDPCHECK_CHECK(st.ok(), st.ToString());
+  inputs_.resize(layers_.size());
+  Matrix<T> h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    inputs_[i] = h;
+    if (bypassed_[i]) continue;
+    h = std::visit(
+        [&](auto& l) -> Matrix<T> {
+          if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Dropout<T>>) {
+            return l.Forward(inputs_[i], &dropout_rng_);
+          } else {
+            return l.Forward(inputs_[i]);
+          }
+        },
+        layers_[i]);
+  }
+  has_forward_ = true;
+  if (loss_ == "mse") {
+    Matrix<T> target(h.rows(), h.cols());
+    for (Eigen::Index k = 0; k < target.size(); ++k) target.data()[k] = static_cast<T>(y.data[static_cast<size_t>(k)]);
+    return mse_.Forward(h, target);
+  }
+  std::vector<int64_t> ids(y.data.size());
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(y.data[k]);
+  return cross_entropy_.Forward(h, ids);
+}
+
+template <class T>
+void Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready) {
+  DDPCHECK_CHECK(has_forward_, "Model::Backward before any Forward");
+  Matrix<T> d = loss_ == "mse" ? mse_.Backward(loss_scale) : cross_entropy_.Backward(loss_scale);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (bypassed_[i]) continue;
+    const int base = param_base_[i];
+    SlotReadyFn ready;
+    if (on_ready) ready = [&](int slot) { on_ready(base + slot); };
+    d = std::visit([&](auto& l) -> Matrix<T> { return l.Backward(d, ready); }, layers_[i]);
+  }
+  input_grad_ = std::move(d);
+}
+
+template <class T>
+void Model<T>::ZeroGrad(bool set_to_none) {
+  for (int i = 0; i < num_params(); ++i) {
+    Param<T>& p = ParamAt(i);
+    if (!set_to_none && !p.grad_defined) continue;
+    std::fill(p.grad.begin(), p.grad.end(), T(0));
+    if (set_to_none) p.grad_defined = false;
+  }
+}
+
+}  // namespace ddpcheck::ref

@@ -1,0 +1,85 @@
+// Storage shared by the reference layers: the row-major Matrix, a parameter with torch's grad semantics,
+// a buffer, and the portable uniform draw used for initialisation and dropout masks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "core/check.h"
+#include "core/tensor.h"
+
+namespace ddpcheck::ref {
+
+// Activations are (B, features), row-major like torch's contiguous tensors.
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
+
+// Called by a layer's Backward with the layer-local slot of a parameter whose gradient just became final.
+// May be empty.
+using SlotReadyFn = std::function<void(int slot)>;
+
+// A leaf tensor that requires grad. `grad` always has storage (numel values); `grad_defined` is torch's
+// `param.grad is not None`.
+template <class T>
+struct Param {
+  std::vector<int64_t> shape;
+  std::vector<T> value;
+  std::vector<T> grad;
+  bool grad_defined = false;
+
+  Param() = default;
+  explicit Param(std::vector<int64_t> s)
+      : shape(std::move(s)),
+        value(static_cast<size_t>(core::NumelOf(shape)), T(0)),
+        grad(static_cast<size_t>(core::NumelOf(shape)), T(0)) {}
+
+  int64_t numel() const { return static_cast<int64_t>(value.size()); }
+  // The value viewed as (rows, cols); rows * cols must equal numel.
+  Eigen::Map<const Matrix<T>> Value(int64_t rows, int64_t cols) const {
+    DDPCHECK_CHECK_EQ(rows * cols, numel());
+    return Eigen::Map<const Matrix<T>>(value.data(), rows, cols);
+  }
+  Eigen::Map<const RowVector<T>> ValueRow() const { return {value.data(), numel()}; }
+
+  // Autograd's AccumulateGrad: an undefined grad becomes a copy of g (so -0.0 stays -0.0), a defined one
+  // gets grad += g. g must have numel elements (any shape, read in row-major order).
+  template <class Derived>
+  void Accumulate(const Eigen::MatrixBase<Derived>& g) {
+    DDPCHECK_CHECK_EQ(static_cast<int64_t>(g.size()), numel());
+    Eigen::Map<Matrix<T>> dst(grad.data(), g.rows(), g.cols());
+    if (grad_defined) {
+      dst += g;
+    } else {
+      dst = g;
+      grad_defined = true;
+    }
+  }
+};
+
+// A tensor that is state but not a parameter (running_mean, running_var, num_batches_tracked).
+template <class T>
+struct Buffer {
+  std::vector<int64_t> shape;
+  std::vector<T> value;
+  core::DType dtype = core::DTypeOf<T>();  // num_batches_tracked: kInt64 (the value is still held in T)
+
+  Buffer() = default;
+  Buffer(std::vector<int64_t> s, T fill, core::DType d = core::DTypeOf<T>())
+      : shape(std::move(s)), value(static_cast<size_t>(core::NumelOf(shape)), fill), dtype(d) {}
+  int64_t numel() const { return static_cast<int64_t>(value.size()); }
+};
+
+// A uniform double in [0, 1) from the top 53 bits of one 64-bit draw. Unlike
+// std::uniform_real_distribution its result is the same on every standard library.
+inline double PortableUniform(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
+}
+
+}  // namespace ddpcheck::ref

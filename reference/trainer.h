@@ -1,0 +1,20 @@
+// The single-process reference trainer: the mathematical definition of a DDP step, written without any
+// communicator or reducer. For every step, each rank's shard (from the sampler) is run through a copy of the
+// model that starts from the shared parameters and rank 0's buffers (broadcast_buffers), with per-shard
+// BatchNorm statistics; the gradient is DDP's: sum over ranks, in rank order, of each rank's local gradient
+// times fl(1/W) (true division by W once gradients alias their buckets under gradient_as_bucket_view);
+// parameters no rank used keep their gradient, locally unused ones contribute zeros. Then the optimizer and,
+// at the end of each epoch, the schedulers. Records the same checkpoints as a world (kAllRanks for shared
+// values), so traces line up.
+#pragma once
+
+#include "core/scenario.h"
+#include "core/status.h"
+#include "core/trace.h"
+
+namespace ddpcheck::ref {
+
+// The scenario's data must be materialised (core::MaterializeData). Faults are ignored: this is the oracle.
+core::Status RunReference(const core::Scenario& s, core::Trace* out);
+
+}  // namespace ddpcheck::ref

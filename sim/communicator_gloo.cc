@@ -1,0 +1,173 @@
+#include "sim/communicator_gloo.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/context.h>
+#include <gloo/math.h>
+
+#include "sim/communicator_fingerprint.h"
+#include "sim/communicator_gloo_errors.h"
+
+namespace ddpcheck::sim {
+
+using core::Status;
+
+namespace {
+
+bool Reducible(core::DType d) {
+  return d == core::DType::kFloat32 || d == core::DType::kFloat64 || d == core::DType::kInt32 ||
+         d == core::DType::kInt64;
+}
+
+template <typename T>
+void GlooAllReduceSum(const std::shared_ptr<gloo::Context>& context, void* data, int64_t numel,
+                      std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(context);
+  opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);  // what ProcessGroupGloo gets (UNSPECIFIED = ring)
+  opts.setOutput<T>(static_cast<T*>(data), static_cast<size_t>(numel));
+  opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
+                                   std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<gloo::Context> context,
+                                   int rank, int world, std::chrono::milliseconds timeout)
+    : store_(std::move(store)),
+      recorder_(std::move(recorder)),
+      context_(std::move(context)),
+      rank_(rank),
+      world_(world),
+      timeout_(timeout) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()>& body) {
+  if (!broken_.ok()) {
+    return Status(broken_.code(), "gloo communicator of rank " + std::to_string(rank_) +
+                                      " is unusable after an earlier failure: " + broken_.message());
+  }
+  record.seq = ++seq_;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (record_) recorder_->Record(rank_, record);
+    if (verify_fingerprints_ && world_ > 1) {
+      const Fingerprint mine = FingerprintOf(record);
+      std::vector<int64_t> flat(static_cast<size_t>(kFingerprintWords * world_));
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput<int64_t>(const_cast<int64_t*>(mine.data()), kFingerprintWords);
+      opts.setOutput<int64_t>(flat.data(), flat.size());
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+      std::vector<Fingerprint> all(static_cast<size_t>(world_));
+      for (size_t r = 0; r < all.size(); ++r) {
+        for (size_t w = 0; w < kFingerprintWords; ++w) all[r][w] = flat[r * kFingerprintWords + w];
+      }
+      std::string mismatch = CheckFingerprints(record, rank_, all);
+      if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
+    }
+    if (body) body();
+  } catch (const std::exception& e) {
+    return Failure(record, start, GlooErrorText(e.what()));
+  } catch (...) {
+    return Failure(record, start, "unknown exception");
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::steady_clock::time_point start,
+                                 const std::string& cause) {
+  std::vector<std::optional<CollectiveRecord>> records;
+  StallReport report;
+  while (true) {
+    if (record_) records = recorder_->ReadAll(record.seq);
+    report = DescribeStall(record, rank_, timeout_, records, cause);
+    if (report.missing.empty() || std::chrono::steady_clock::now() >= start + timeout_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const bool timed_out = !report.missing.empty() || IsGlooTimeout(cause);
+  broken_ = Status(timed_out ? core::Code::kTimeout : core::Code::kInternal, report.message);
+  return broken_;
+}
+
+Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
+  if (!Reducible(buf.dtype)) {
+    return Status::Invalid("gloo allreduce '" + what + "': dtype " + core::DTypeName(buf.dtype) +
+                           " is not supported (float32, float64, int32, int64)");
+  }
+  CollectiveRecord rec{0, CollectiveOp::kAllReduce, buf.numel, buf.dtype, -1, what};
+  std::function<void()> body;
+  if (buf.numel > 0) {
+    body = [&] {
+      switch (buf.dtype) {
+        case core::DType::kFloat32: GlooAllReduceSum<float>(context_, buf.data, buf.numel, timeout_); break;
+        case core::DType::kFloat64: GlooAllReduceSum<double>(context_, buf.data, buf.numel, timeout_); break;
+        case core::DType::kInt32: GlooAllReduceSum<int32_t>(context_, buf.data, buf.numel, timeout_); break;
+        default: GlooAllReduceSum<int64_t>(context_, buf.data, buf.numel, timeout_); break;
+      }
+    };
+  }
+  return Run(rec, body);
+}
+
+Status GlooCommunicator::Broadcast(core::Span buf, int root, const std::string& what) {
+  if (root < 0 || root >= world_) {
+    return Status::Invalid("gloo broadcast '" + what + "': root " + std::to_string(root) + " is not a rank of world " +
+                           std::to_string(world_));
+  }
+  CollectiveRecord rec{0, CollectiveOp::kBroadcast, buf.numel, buf.dtype, root, what};
+  std::function<void()> body;
+  if (buf.numel > 0 && world_ > 1) {
+    body = [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput<uint8_t>(static_cast<uint8_t*>(buf.data), static_cast<size_t>(buf.bytes()));
+      opts.setRoot(root);
+      opts.setTimeout(timeout_);
+      gloo::broadcast(opts);
+    };
+  }
+  return Run(rec, body);
+}
+
+Status GlooCommunicator::AllGather(core::ConstSpan in, core::Span out, const std::string& what) {
+  if (out.dtype != in.dtype || out.numel != in.numel * world_) {
+    return Status::Invalid("gloo allgather '" + what + "': out must be " + std::to_string(in.numel * world_) + " " +
+                           core::DTypeName(in.dtype) + " (in.numel * world), got " + std::to_string(out.numel) +
+                           " " + core::DTypeName(out.dtype));
+  }
+  CollectiveRecord rec{0, CollectiveOp::kAllGather, in.numel, in.dtype, -1, what};
+  std::function<void()> body;
+  if (in.numel > 0) {
+    body = [&] {
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput<uint8_t>(static_cast<uint8_t*>(const_cast<void*>(in.data)), static_cast<size_t>(in.bytes()));
+      opts.setOutput<uint8_t>(static_cast<uint8_t*>(out.data), static_cast<size_t>(out.bytes()));
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+    };
+  }
+  return Run(rec, body);
+}
+
+Status GlooCommunicator::Barrier(const std::string& what) {
+  CollectiveRecord rec{0, CollectiveOp::kBarrier, 0, core::DType::kFloat32, -1, what};
+  std::function<void()> body;
+  if (world_ > 1) {
+    body = [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTimeout(timeout_);
+      gloo::barrier(opts);
+    };
+  }
+  return Run(rec, body);
+}
+
+}  // namespace ddpcheck::sim

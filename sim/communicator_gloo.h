@@ -1,0 +1,87 @@
+// GlooCommunicator: core::Communicator over real Gloo, TCP on 127.0.0.1, one per rank.
+//
+// Rendezvous goes through a gloo::rendezvous::Store: one shared sim::MemoryStore (or gloo HashStore) for
+// ranks as threads, a FileStore(dir) per process for ranks as processes. All keys live under "<run_id>/",
+// so several runs can share one store. Collectives are the ones PyTorch's ProcessGroupGloo uses:
+// gloo::allreduce (ring, gloo::sum; see sim/communicator_ring.h for its summation order), gloo::broadcast,
+// gloo::allgather, gloo::barrier, each with this communicator's timeout.
+//
+// Before each collective the rank writes a flight-recorder record to the store, and (by default) the ranks
+// allgather a fingerprint of the collective, so a rank that never arrives is reported as a Status::Timeout
+// naming it and what it entered last, and ranks that enter different collectives get a Status::Mismatch
+// naming both, instead of a hang or garbage. After a timeout or peer failure the Gloo context is unusable:
+// every later call returns the same error code, saying so. Not thread-safe: one thread per rank.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/communicator.h"
+#include "sim/flight_recorder.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+}  // namespace gloo
+
+namespace ddpcheck::sim {
+
+class GlooCommunicator final : public core::Communicator {
+ public:
+  // Joins run `run_id` as `rank` of `world` and connects the full mesh. Every rank of the run must call it
+  // with the same store contents, run_id and world. Fails with Timeout naming the ranks that never joined
+  // when they have not all joined within `timeout` (the mesh connection is bounded by gloo's connect
+  // timeout too), Invalid for bad arguments or a run_id already used on this store, Internal for other
+  // Gloo errors. Ranks in one process share one TCP device (one event-loop thread).
+  static core::Status Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
+                             int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  // float32, float64, int32, int64. numel 0 is a collective with no data (still recorded and checked).
+  core::Status AllReduceSum(core::Span buf, const std::string& what) override;
+  core::Status Broadcast(core::Span buf, int root, const std::string& what) override;
+  core::Status AllGather(core::ConstSpan in, core::Span out, const std::string& what) override;
+  core::Status Barrier(const std::string& what) override;
+
+  void SetTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::string name() const override { return "gloo"; }
+
+  // Allgather a 48-byte fingerprint before each collective and return Mismatch when ranks disagree.
+  // Default on; every rank of a run must use the same setting.
+  void SetVerifyFingerprints(bool on) { verify_fingerprints_ = on; }
+  // Write a flight-recorder record before each collective. Default on; off only to measure its cost
+  // (timeouts then cannot name what the missing ranks entered).
+  void SetFlightRecorder(bool on) { record_ = on; }
+  // Collectives issued so far (the sequence number of the last one).
+  int64_t sequence() const { return seq_; }
+
+ private:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<FlightRecorder> recorder,
+                   std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout);
+  // Records, verifies, then runs `body` (the Gloo calls); turns every exception into a Status.
+  core::Status Run(CollectiveRecord record, const std::function<void()>& body);
+  // Explains a failed collective. A rank is only called missing once the collective's timeout has passed
+  // since `start`: a peer's failure can end the collective early while slow ranks are still on their way.
+  core::Status Failure(const CollectiveRecord& record, std::chrono::steady_clock::time_point start,
+                       const std::string& cause);
+
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  std::shared_ptr<gloo::Context> context_;
+  int rank_;
+  int world_;
+  std::chrono::milliseconds timeout_;
+  int64_t seq_ = 0;
+  bool verify_fingerprints_ = true;
+  bool record_ = true;
+  core::Status broken_;  // the first failure; OK while usable
+};
+
+}  // namespace ddpcheck::sim

@@ -1,0 +1,20 @@
+#include "sim/communicator_gloo_errors.h"
+
+namespace ddpcheck::sim {
+
+std::string GlooErrorText(const std::string& what) {
+  size_t pos = 0;
+  while (pos < what.size() && what[pos] == '[') {
+    size_t close = what.find("] ", pos);
+    if (close == std::string::npos) break;
+    pos = close + 2;
+  }
+  return what.substr(pos);
+}
+
+bool IsGlooTimeout(const std::string& text) {
+  return text.find("Timed out") != std::string::npos || text.find("timed out") != std::string::npos ||
+         text.find("imeout") != std::string::npos;
+}
+
+}  // namespace ddpcheck::sim

@@ -1,0 +1,94 @@
+// GlooCommunicator::Create: join the run through the store, then connect gloo's full mesh.
+#include <mutex>
+#include <vector>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "sim/communicator_gloo.h"
+#include "sim/communicator_gloo_errors.h"
+#include "sim/flight_recorder_store.h"
+#include "sim/store.h"
+
+namespace ddpcheck::sim {
+
+using core::Status;
+
+namespace {
+
+// One TCP device (one epoll thread) on 127.0.0.1 shared by every rank of this process; gloo devices may
+// serve many contexts. Kept while some communicator holds it.
+std::shared_ptr<gloo::transport::Device> LoopbackDevice() {
+  static std::mutex mu;
+  static std::weak_ptr<gloo::transport::Device> cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto device = cached.lock()) return device;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  cached = device;
+  return device;
+}
+
+std::string JoinedKey(const std::string& run_id, int rank) { return run_id + "/joined/" + std::to_string(rank); }
+
+}  // namespace
+
+Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
+                                int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out) {
+  const std::string where = "gloo rendezvous of run '" + run_id + "' on rank " + std::to_string(rank) + " of " +
+                            std::to_string(world);
+  if (!store) return Status::Invalid(where + ": no store");
+  if (world < 1 || rank < 0 || rank >= world) return Status::Invalid(where + ": need 0 <= rank < world");
+  if (run_id.empty()) return Status::Invalid(where + ": empty run id");
+  if (timeout.count() <= 0) return Status::Invalid(where + ": timeout must be > 0 ms");
+
+  auto recorder = std::make_shared<StoreFlightRecorder>(store, run_id, world);
+  try {
+    // Gloo's own stores refuse a second set() of the key (caught below); ours would replace it.
+    if (dynamic_cast<OverwritableStore*>(store.get()) && StoreHas(*store, JoinedKey(run_id, rank))) {
+      return Status::Invalid(where + ": this store already has rank " + std::to_string(rank) +
+                             " of this run id; use a fresh run id for every run");
+    }
+    store->set(JoinedKey(run_id, rank), {'1'});
+    recorder->Record(rank, CollectiveRecord{});  // "#0 rendezvous"
+  } catch (const std::exception& e) {
+    return Status::Invalid(where + ": cannot register in the store; if this run id was used on it before, use "
+                           "a fresh run id for every run (" + GlooErrorText(e.what()) + ")");
+  }
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(JoinedKey(run_id, r));
+  try {
+    store->wait(keys, timeout);
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r) {
+      if (!StoreHas(*store, keys[static_cast<size_t>(r)])) missing.push_back(r);
+    }
+    if (!missing.empty()) {
+      return Status::Timeout(where + " timed out after " + std::to_string(timeout.count()) + " ms: " +
+                             RankList(missing) + " never joined (" + std::to_string(world - static_cast<int>(missing.size())) +
+                             " of " + std::to_string(world) + " joined)");
+    }
+    // Everyone joined just as the wait gave up: go on.
+  }
+
+  try {
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    context->setTimeout(timeout);
+    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", *store);
+    auto device = LoopbackDevice();
+    context->connectFullMesh(mesh, device);
+    out->reset(new GlooCommunicator(store, recorder, context, rank, world, timeout));
+  } catch (const std::exception& e) {
+    const std::string text = GlooErrorText(e.what());
+    return Status(IsGlooTimeout(text) ? core::Code::kTimeout : core::Code::kInternal,
+                  where + ": connecting the full mesh failed: " + text);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddpcheck::sim

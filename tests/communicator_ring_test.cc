@@ -1,0 +1,135 @@
+// GlooRingSum, the in-memory model of Gloo's ring allreduce order: hand-derived cases first, then bitwise
+// agreement with the installed libgloo, including inputs large enough that Gloo caps its segment size.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sim/communicator_gloo.h"
+#include "sim/communicator_ring.h"
+#include "sim/store.h"
+#include "tests/test_util.h"
+
+namespace ddpcheck::sim {
+namespace {
+
+using core::DType;
+
+TEST(GlooRingChunkElements, IsTwoSegmentsOfCeilLOverTwoWWhileSegmentsAreUnderOneMiB) {
+  EXPECT_EQ(GlooRingChunkElements(1, 4, 3), 2);        // 2 * ceil(1 / 6)
+  EXPECT_EQ(GlooRingChunkElements(1000, 4, 3), 334);   // 2 * ceil(1000 / 6) = 2 * 167
+  EXPECT_EQ(GlooRingChunkElements(1000, 8, 8), 126);   // 2 * ceil(1000 / 16) = 2 * 63
+  EXPECT_EQ(GlooRingChunkElements(7, 4, 8), 2);        // L < W: 2 * ceil(7 / 16)
+}
+
+TEST(GlooRingChunkElements, UsesMoreSegmentsPerRankOnceASegmentWouldExceedOneMiB) {
+  // 2,000,003 float32 = 8,000,012 bytes > 6 MiB: ceil(8,000,012 / 1 MiB) = 8 segments, rounded up to 9 (a
+  // multiple of W = 3); 3 segments per rank of ceil(2,000,003 / 9) = 222,223 elements.
+  EXPECT_EQ(GlooRingChunkElements(2000003, 4, 3), 3 * 222223);
+  // The golden README's 2 * ceil(L / (2W)) would give 666,668 here.
+  EXPECT_NE(GlooRingChunkElements(2000003, 4, 3), 2 * ((2000003 + 5) / 6));
+}
+
+// Element i of chunk c is summed as x[c-1] + x[c-2] first. Put +big and -big exactly there and 1 on every
+// other rank: the ring order gives W-2 exactly; an order that adds 1s to +-big before they cancel loses them.
+template <typename T>
+void CheckRingOrder(int world, int64_t n, T big) {
+  const int64_t chunk = 2 * ((n + 2 * world - 1) / (2 * world));  // golden README section 6, small inputs
+  std::vector<std::vector<T>> x(static_cast<size_t>(world), std::vector<T>(static_cast<size_t>(n), T(1)));
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>(i / chunk);
+    x[static_cast<size_t>((c - 1 + world) % world)][static_cast<size_t>(i)] = big;
+    x[static_cast<size_t>((c - 2 + 2 * world) % world)][static_cast<size_t>(i)] = -big;
+  }
+  std::vector<const void*> inputs;
+  for (const auto& v : x) inputs.push_back(v.data());
+  std::vector<T> out(static_cast<size_t>(n));
+  ASSERT_TRUE(GlooRingSum(inputs, n, core::DTypeOf<T>(), out.data()));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<size_t>(i)], T(world - 2)) << "W=" << world << " n=" << n << " i=" << i;
+}
+
+TEST(GlooRingSum, SumsEachElementAlongTheRingEndingAtItsChunksOwner) {
+  for (int world = 2; world <= 8; ++world) {
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{world - 1}, int64_t{world}, int64_t{world + 1}, int64_t{1000},
+                      int64_t{1001}}) {
+      if (n < 1) continue;
+      // 2^25 (2^54): adding any small integer (up to 6) to +big or -big first rounds it away.
+      CheckRingOrder<float>(world, n, 33554432.0f);
+      CheckRingOrder<double>(world, n, 18014398509481984.0);
+    }
+  }
+}
+
+TEST(GlooRingSum, WritesInPlaceOverOneOfItsInputs) {
+  std::vector<float> a{1, 2, 3}, b{10, 20, 30};
+  ASSERT_TRUE(GlooRingSum({a.data(), b.data()}, 3, DType::kFloat32, a.data()));
+  EXPECT_EQ(a, (std::vector<float>{11, 22, 33}));
+  EXPECT_FALSE(GlooRingSum({a.data()}, 3, DType::kFloat16, a.data()));
+}
+
+// Values spread over 2^-30 .. 2^30 with random signs, so almost every summation order rounds differently.
+template <typename T>
+std::vector<T> MixedMagnitudes(std::mt19937_64& rng, int64_t n) {
+  std::uniform_real_distribution<double> mantissa(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::vector<T> v(static_cast<size_t>(n));
+  for (auto& e : v) e = static_cast<T>(std::ldexp(mantissa(rng), exponent(rng)));
+  return v;
+}
+
+template <typename T>
+void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::vector<std::vector<T>>> gloo_out(sizes.size());
+  std::vector<std::vector<std::vector<T>>> inputs(sizes.size());
+  std::mt19937_64 rng(testing::TestSeed() + static_cast<unsigned>(world));
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    for (int r = 0; r < world; ++r) inputs[k].push_back(MixedMagnitudes<T>(rng, sizes[k]));
+    gloo_out[k] = inputs[k];
+  }
+  testing::SpawnRanks(world, [&](int rank) {
+    std::unique_ptr<GlooCommunicator> comm;
+    core::Status s = GlooCommunicator::Create(store, "ring", rank, world, std::chrono::milliseconds(30000), &comm);
+    if (!s.ok()) throw std::runtime_error(s.ToString());
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      auto& buf = gloo_out[k][static_cast<size_t>(rank)];
+      s = comm->AllReduceSum(core::Span{buf.data(), sizes[k], core::DTypeOf<T>()}, "probe");
+      if (!s.ok()) throw std::runtime_error(s.ToString());
+    }
+  });
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<const void*> in;
+    for (const auto& v : inputs[k]) in.push_back(v.data());
+    std::vector<T> model(static_cast<size_t>(sizes[k]));
+    ASSERT_TRUE(GlooRingSum(in, sizes[k], core::DTypeOf<T>(), model.data()));
+    for (int r = 0; r < world; ++r) {
+      int64_t differ = 0;
+      for (int64_t i = 0; i < sizes[k]; ++i) {
+        differ += std::memcmp(&model[static_cast<size_t>(i)], &gloo_out[k][static_cast<size_t>(r)][static_cast<size_t>(i)],
+                              sizeof(T)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << "W=" << world << " n=" << sizes[k] << " rank " << r << " sizeof " << sizeof(T);
+    }
+  }
+}
+
+TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseOnMixedMagnitudes) {
+  for (int world = 2; world <= 8; ++world) {
+    std::vector<int64_t> sizes{1, 2, 3, world - 1, world + 1, 1000, 1001, 4097, (1 << 16) + 3};
+    std::erase(sizes, 0);
+    CheckAgainstGloo<float>(world, sizes);
+    CheckAgainstGloo<double>(world, sizes);
+  }
+}
+
+TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseWhenSegmentsAreCappedAtOneMiB) {
+  CheckAgainstGloo<float>(3, {2000003});   // 9 segments of 222,223 elements
+  CheckAgainstGloo<double>(2, {1000003});  // 8,000,024 bytes: 8 segments
+}
+
+}  // namespace
+}  // namespace ddpcheck::sim
