@@ -1,11 +1,18 @@
 // `ddpcheck run [SCENARIO]`: the main job. Runs the scenario on the reference and the chosen backend, compares
 // them, prints the summary table and the verdict; the exit code is the verdict (0 PASS, 1 divergence, 2 bad
-// input).
+// input). Also writes the report as JSON, Markdown (PR comment), HTML (plots by gnuplot) and JUnit XML on request,
+// and draws a progress bar on stderr when stderr is a terminal and the run is long.
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "cli/command.h"
+#include "cli/rank_env.h"
 #include "cli/scenario_flags.h"
+#include "core/plot.h"
 #include "sim/check.h"
 
 namespace ddpcheck::cli {
@@ -15,9 +22,11 @@ struct RunArgs {
   ScenarioFlags scenario;
   std::string backend = "sim";
   std::string comm = "gloo";
-  int64_t timeout_ms = core::kDefaultTimeout.count();
-  std::string dump_trace, dump_reference, report_json;
+  int64_t timeout_ms = 0;  // 0: the scenario's ddp.timeout_ms
+  std::string dump_trace, dump_reference, report_json, report_md, report_html, junit;
   bool quiet = false;
+  std::string progress = "auto";  // auto (stderr is a TTY) | always | never
+  RankFlags rank;  // ranks as processes (torchrun, mpirun, srun, ddpcheck launch): cli/rank_env.h
 };
 
 core::Status WriteText(const std::string& path, const std::string& text) {
@@ -27,24 +36,84 @@ core::Status WriteText(const std::string& path, const std::string& text) {
   return out ? core::Status::Ok() : core::Status::Io(path + ": write failed");
 }
 
+// A one-line bar on stderr, drawn by rank 0 after each step: only once the run has taken a second (short runs
+// print nothing), redrawn at most every 100 ms, erased when the run ends.
+class ProgressBar {
+ public:
+  void Update(int64_t done, int64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start_ < std::chrono::seconds(1)) return;
+    if (drawn_ && done < total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    drawn_ = true;
+    constexpr int kWidth = 30;
+    const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : 0;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    std::cerr << "\r[" << std::string(static_cast<size_t>(filled), '#')
+              << std::string(static_cast<size_t>(kWidth - filled), ' ') << "] step " << done << "/" << total << " ("
+              << static_cast<int64_t>(secs) << " s)" << std::flush;
+  }
+  ~ProgressBar() {
+    if (drawn_) std::cerr << "\r\033[K" << std::flush;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_;
+  bool drawn_ = false;
+};
+
 int Run(const RunArgs& a) {
   core::Scenario s;
   core::Status st = a.scenario.Resolve(&s);
   if (!st.ok()) return Fail("run", st);
+  if (!a.report_html.empty()) {
+    // Fail before the run, not after it, when the HTML report cannot be drawn.
+    std::string gnuplot;
+    st = core::FindGnuplot(&gnuplot);
+    if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
+  }
   sim::CheckOptions opts;
   opts.backend = a.backend;
   opts.sim.comm = a.comm;
   opts.sim.timeout = std::chrono::milliseconds(a.timeout_ms);
   opts.dump_trace = a.dump_trace;
   opts.dump_reference = a.dump_reference;
+  std::optional<ProgressBar> bar;
+  if (a.progress == "always" || (a.progress == "auto" && !a.quiet && isatty(STDERR_FILENO))) {
+    bar.emplace();
+    opts.sim.progress = [&bar](int64_t done, int64_t total) { bar->Update(done, total); };
+  }
   core::RunReport report;
-  st = sim::RunCheck(std::move(s), opts, &report);
+  if (a.rank.Active()) {  // this process is one rank of a world of processes; rank 0 reports (cli/rank_env.h)
+    bool reporter = false;
+    st = RunCheckAsRank(a.scenario, a.rank, opts, &report, &reporter);
+    bar.reset();
+    if (!st.ok()) return Fail("run", st);
+    if (!reporter) return 0;
+  } else {
+    st = sim::RunCheck(std::move(s), opts, &report);
+  }
+  bar.reset();
   if (!st.ok()) return Fail("run", st);
   if (!a.quiet) std::cout << core::FormatTerminal(report);
   else std::cout << core::VerdictLine(report) << "\n";
   if (!a.report_json.empty()) {
     st = WriteText(a.report_json, core::ReportToJson(report).dump(2) + "\n");
     if (!st.ok()) return Fail("run", st);
+  }
+  if (!a.report_md.empty()) {
+    st = WriteText(a.report_md, core::ReportToMarkdown(report));
+    if (!st.ok()) return Fail("run", st);
+  }
+  if (!a.junit.empty()) {
+    st = WriteText(a.junit, core::ReportToJUnit(report));
+    if (!st.ok()) return Fail("run", st);
+  }
+  if (!a.report_html.empty()) {
+    std::string html;
+    st = core::ReportToHtml(report, &html);
+    if (st.ok()) st = WriteText(a.report_html, html);
+    if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
   }
   return report.ExitCode();
 }
@@ -58,13 +127,21 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       "  example: ddpcheck run --backend reference --dump-trace /tmp/ref");
   auto args = std::make_shared<RunArgs>();
   args->scenario.Add(sub);
+  args->rank.Add(sub);
   sub->add_option("--backend", args->backend, "sim | reference")->check(CLI::IsMember({"sim", "reference"}));
   sub->add_option("--comm", args->comm, "Collectives of the sim world: gloo (TCP) | local (in memory)")
       ->check(CLI::IsMember({"gloo", "local"}));
-  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms")->check(CLI::PositiveNumber);
+  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::NonNegativeNumber);
   sub->add_option("--dump-trace", args->dump_trace, "Write the backend's trace to this folder");
   sub->add_option("--dump-reference", args->dump_reference, "Write the reference's trace to this folder");
   sub->add_option("--report-json", args->report_json, "Write the JSON report (reports/FORMAT.md) to this file");
+  sub->add_option("--report-md", args->report_md, "Write the report as Markdown (a PR comment) to this file");
+  sub->add_option("--report-html", args->report_html,
+                  "Write a self-contained HTML report with plots to this file (needs gnuplot: Debian gnuplot-nox)");
+  sub->add_option("--junit", args->junit, "Write JUnit XML (one testcase per checkpoint) to this file");
+  sub->add_option("--progress", args->progress,
+                  "Progress bar on stderr: auto (when stderr is a terminal) | always | never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   sub->add_flag("--quiet,-q", args->quiet, "Print only the verdict line");
   return {sub, [args] { return Run(*args); }};
 }

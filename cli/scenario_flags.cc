@@ -48,6 +48,9 @@ core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
     } else if (*amp == "fp16" || *amp == "bf16") {
       s.amp.enabled = true;
       s.amp.dtype = *amp;
+      // AMP keeps fp32 master weights: --amp switches the precision to fp32 unless --precision says otherwise
+      // (then validation names the conflict).
+      if (!precision) s.precision = core::DType::kFloat32;
     } else {
       return core::Status::Invalid("--amp: expected fp16, bf16 or off, got '" + *amp + "'");
     }

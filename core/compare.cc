@@ -68,7 +68,7 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   for (int64_t i = 0; i < want.numel(); ++i) {
     const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
     const bool both_nan = std::isnan(g) && std::isnan(w);
-    double abs_err = both_nan ? 0.0 : std::abs(g - w);
+    double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);  // equal infinities (AMP overflow) match
     if (std::isnan(abs_err)) abs_err = INFINITY;
     const bool ok = exact ? (g == w || both_nan) : abs_err <= budget;  // exact: equal values (+0 == -0)
     const double rel = w != 0 ? abs_err / std::abs(w) : (abs_err == 0 ? 0 : INFINITY);
@@ -123,8 +123,12 @@ double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
   if (exact || IsExactCheckpoint(c)) return 0.0;
   const double u = UnitRoundoff(precision);
   const double tiny = precision == DType::kFloat64 ? 1e-300 : 1e-30;
-  return safety * u * static_cast<double>(reduction_length + world) * static_cast<double>(step + 1) *
-         std::max(scale, tiny);
+  double relative = safety * u * static_cast<double>(reduction_length + world);
+  if (autocast) {
+    relative += autocast_safety * static_cast<double>(autocast_roundings + reduction_length + world) *
+                UnitRoundoff(*autocast);
+  }
+  return relative * static_cast<double>(step + 1) * std::max(scale, tiny);
 }
 
 std::string TolerancePolicy::Derivation() const {
@@ -140,7 +144,38 @@ std::string TolerancePolicy::Derivation() const {
       "summation order, whose error is at most gamma_(W-1) = (W-1)u/(1-(W-1)u) of the summed magnitudes per "
       "step, and in its propagation through later steps (linear growth in s). Sampler indices, lr and scaler "
       "state are compared exactly.",
-      u, DTypeName(precision), reduction_length, world, safety);
+      u, DTypeName(precision), reduction_length, world, safety) + AutocastDerivation();
+}
+
+std::string TolerancePolicy::AutocastDerivation() const {
+  if (!autocast) return "";
+  const double ul = UnitRoundoff(*autocast);
+  return fmt::format(
+      " AMP (autocast to {}): every Linear rounds its input, weight and output, and in backward dY, dX and dW, "
+      "to {} (u_low = {:.3g}; products accumulate in fp32); other layers round their outputs and input grads. "
+      "A difference in the fp32 master weights as small as one fp32 ulp can move a value across a {} rounding "
+      "boundary, so each of the r = {} roundings on the longest forward+backward path may contribute one u_low "
+      "of relative error, and a reduction of n terms that cancels turns the terms' u_low into up to n u_low of "
+      "its result (the same n + W as above): per step the budget adds safety_amp * (r + n + W) * u_low * "
+      "(s + 1) * max|reference|, with safety_amp = {} ({:.3g} of the magnitude at step 0). The same bound "
+      "holds between an AMP run's unscaled gradients and an fp32 run's gradients without autocast "
+      "(props/amp_prop.cc). The scaler state (scale, growth tracker, found_inf, skipped) is compared exactly.",
+      DTypeName(*autocast), DTypeName(*autocast), ul, DTypeName(*autocast), autocast_roundings, autocast_safety,
+      autocast_safety * static_cast<double>(autocast_roundings + reduction_length + world) * ul);
+}
+
+int64_t AutocastRoundings(const std::vector<LayerSpec>& model) {
+  int64_t r = 0;
+  bool after_linear = false;
+  for (const auto& l : model) {
+    if (l.type == "linear") {
+      r += 6;
+      after_linear = true;
+    } else if (after_linear) {
+      r += 2;
+    }
+  }
+  return r;
 }
 
 TolerancePolicy PolicyFor(const Scenario& s) {
@@ -151,6 +186,10 @@ TolerancePolicy PolicyFor(const Scenario& s) {
   int64_t n = s.batch_size * std::max<int64_t>(1, s.ddp.no_sync_steps);
   for (const auto& l : s.model) n = std::max({n, l.in_features, l.out_features, l.num_features});
   p.reduction_length = n;
+  if (s.amp.enabled) {
+    p.autocast = s.amp.dtype == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+    p.autocast_roundings = AutocastRoundings(s.model);
+  }
   return p;
 }
 
@@ -270,7 +309,7 @@ CompareResult CheckEvents(const Trace& trace) {
   CompareResult result;
   for (const auto& e : trace.events()) {
     Mismatch m;
-    m.key = {e.step, Checkpoint::kInit, e.kind, e.rank};
+    m.key = {e.step, e.checkpoint, e.kind, e.rank};
     m.kind = e.kind == "timeout" ? "hang" : "error";
     m.message = e.message;
     result.Add(m);

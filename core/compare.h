@@ -25,13 +25,24 @@ struct TolerancePolicy {
   int world = 1;
   int64_t reduction_length = 1;  // the longest sum in a forward/backward (batch, widths)
   double safety = 64.0;
+  // AMP: the autocast type (kFloat16 / kBFloat16) every GEMM rounds to, and how many roundings to it lie on
+  // the longest forward + backward path (each Linear: input, weight, output, then dY, dX, dW; each other
+  // layer after the first Linear: its output and its input's grad). nullopt: no autocast.
+  std::optional<DType> autocast;
+  int64_t autocast_roundings = 0;
+  double autocast_safety = 4.0;
   // Absolute budget for a floating value at checkpoint c, step s, for a tensor whose largest reference
-  // magnitude is `scale`: safety * u * (reduction_length + W) * (s + 1) * max(scale, tiny). 0 when exact.
+  // magnitude is `scale`: safety * u * (reduction_length + W) * (s + 1) * max(scale, tiny), plus under AMP
+  // autocast_safety * (autocast_roundings + reduction_length + W) * u_low * (s + 1) * max(scale, tiny).
+  // 0 when exact.
   double Budget(Checkpoint c, int64_t step, double scale) const;
   // The derivation, printed in reports.
   std::string Derivation() const;
+  std::string AutocastDerivation() const;  // the AMP part ("" without autocast)
 };
 TolerancePolicy PolicyFor(const Scenario& s);
+// The number of roundings to the autocast type on the longest forward + backward path of `model`.
+int64_t AutocastRoundings(const std::vector<LayerSpec>& model);
 
 struct Mismatch {
   TraceKey key;

@@ -1,5 +1,6 @@
 #include "core/ddp.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/buckets.h"
@@ -26,9 +27,10 @@ std::vector<std::pair<int64_t, DType>> ParamSizes(const Replica& replica) {
 DistributedDataParallel::DistributedDataParallel(Replica* replica, Communicator* comm, const DdpSpec& spec)
     : replica_(replica), comm_(comm), spec_(spec), reducer_(replica, comm, spec) {}
 
-Status DistributedDataParallel::VerifyParams() {
+Status DistributedDataParallel::VerifyParams(bool reversed) {
   // (a) all-gather the parameter count.
-  const auto& infos = replica_->ParamInfos();
+  std::vector<ParamInfo> infos = replica_->ParamInfos();
+  if (reversed) std::reverse(infos.begin(), infos.end());  // param-order: registered in another order
   const int world = comm_->world();
   Span mine = replica_->Allocate(1, DType::kInt64);
   Span all = replica_->Allocate(world, DType::kInt64);
@@ -90,9 +92,18 @@ Status DistributedDataParallel::BroadcastState(bool params, bool buffers, const 
 }
 
 Status DistributedDataParallel::Init(const StepRecorder* rec, const DdpFaults& faults) {
-  DDPCHECK_RETURN_IF_ERROR(VerifyParams());
+  if (rec) rec->set_checkpoint(Checkpoint::kInit);
+  DDPCHECK_RETURN_IF_ERROR(VerifyParams(faults.reversed_param_order));
+  if (faults.perturb_buffers) {
+    // A buffer-only module outside the wrapper, initialised differently on this rank.
+    for (size_t i = 0; i < replica_->BufferInfos().size(); ++i) {
+      if (IsFloating(replica_->BufferInfos()[i].dtype)) replica_->Fill(replica_->Buffer(static_cast<int>(i)), 0.5);
+    }
+  }
   // _sync_module_states: parameters and (1.13: always) buffers from rank 0.
-  if (!faults.skip_initial_broadcast) DDPCHECK_RETURN_IF_ERROR(BroadcastState(true, true, "(DDP construction)"));
+  if (!faults.skip_initial_broadcast) {
+    DDPCHECK_RETURN_IF_ERROR(BroadcastState(true, !faults.buffers_outside, "(DDP construction)"));
+  }
   reducer_.SetBuckets(InitialBucketLayout(ParamSizes(*replica_), spec_));
   if (rec) {
     rec->RecordParams(Checkpoint::kInit);
@@ -148,15 +159,17 @@ Status DistributedDataParallel::Forward(const Batch& batch, bool no_sync, const 
         std::to_string(comm_->rank()) + ": " + ids + " (" + names + ")");
   }
   const bool sync = !no_sync && !faults.bypass;
+  if (rec) rec->set_checkpoint(Checkpoint::kForwardBuffers);
   if (sync && !has_rebuilt_ && !spec_.find_unused_parameters && !reducer_.ready_order().empty()) {
     DDPCHECK_RETURN_IF_ERROR(RebuildBuckets());
   }
   if (!faults.bypass && require_forward_param_sync_ && spec_.broadcast_buffers && !faults.skip_buffer_broadcast &&
-      !replica_->BufferInfos().empty()) {
+      !faults.buffers_outside && !replica_->BufferInfos().empty()) {
     DDPCHECK_RETURN_IF_ERROR(BroadcastState(false, true, "(forward, step " + std::to_string(step_) + ")"));
   }
-  if (rec) rec->RecordBuffers(Checkpoint::kForwardBuffers);
+  if (rec && batch.micro_step == 0) rec->RecordBuffers(Checkpoint::kForwardBuffers);  // window start
   replica_->SetTraining(true);
+  if (rec) rec->set_checkpoint(Checkpoint::kLoss);
   DDPCHECK_RETURN_IF_ERROR(replica_->Forward(batch, loss));
   if (!faults.bypass) require_forward_param_sync_ = !no_sync;
   if (sync) reducer_.Prepare(rec, faults.reducer);
@@ -165,6 +178,12 @@ Status DistributedDataParallel::Forward(const Batch& batch, bool no_sync, const 
 
 Status DistributedDataParallel::Backward(double loss_scale) {
   const bool armed = reducer_.armed();
+  if (!armed) {
+    // no_sync (or a bypassed forward): grads accumulate locally; remember which params got one, for the
+    // used-map of the next synced backward (PyTorch PR #124193; the nosync-unused fault forgets them).
+    replica_->Backward(loss_scale, [this](int p) { reducer_.MarkUsedOutsideSync(p); });
+    return Status::Ok();
+  }
   replica_->Backward(loss_scale, [this](int p) { reducer_.MarkReady(p); });
   if (!armed) return Status::Ok();
   return reducer_.FinishBackward();

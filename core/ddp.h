@@ -23,7 +23,10 @@ namespace ddpcheck::core {
 struct DdpFaults {
   bool skip_initial_broadcast = false;  // no-initial-broadcast
   bool skip_buffer_broadcast = false;   // no-buffer-broadcast
+  bool buffers_outside = false;         // buffer-outside-ddp: the buffers are outside DDP (never broadcast)
+  bool perturb_buffers = false;         // buffer-outside-ddp@R: ...and this rank initialised them differently
   bool bypass = false;                  // bypass-ddp@R: forward through module.f(): reducer never armed
+  bool reversed_param_order = false;    // param-order@R: this rank registered its parameters in reverse
   ReducerFaults reducer;
 };
 
@@ -41,7 +44,7 @@ class DistributedDataParallel {
   bool has_rebuilt_buckets() const { return has_rebuilt_; }
 
  private:
-  Status VerifyParams();
+  Status VerifyParams(bool reversed);
   Status BroadcastState(bool params, bool buffers, const std::string& what);
   Status RebuildBuckets();
 

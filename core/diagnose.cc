@@ -1,34 +1,359 @@
 #include "core/diagnose.h"
 
-#include <fmt/format.h>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 
-#include "core/faults.h"
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/fault_spec.h"
 
 namespace ddpcheck::core {
+
+namespace {
+
+bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+Diagnosis Make(const std::string& pattern, const std::string& kind, std::string explanation) {
+  Diagnosis d;
+  d.pattern = pattern;
+  d.kind = kind;
+  d.explanation = std::move(explanation);
+  d.expected_semantics = pattern == "uneven-shard-mean" || pattern == "lr-not-scaled" || pattern == "same-dropout-seed";
+  return d;
+}
+
+std::vector<int64_t> Ints(const Tensor* t) {
+  if (!t) return {};
+  return std::vector<int64_t>(t->data.begin(), t->data.end());
+}
+
+// Ranks present in a trace, and the last step each recorded parameters for.
+std::map<int, int64_t> LastParamStep(const Trace& t) {
+  std::map<int, int64_t> last;
+  for (const auto& [k, v] : t.records()) {
+    if (k.checkpoint == Checkpoint::kParams && k.rank != kAllRanks) last[k.rank] = std::max(last[k.rank], k.step);
+  }
+  return last;
+}
+
+std::optional<Diagnosis> FromEvents(const Scenario& s, const Trace& got, const Trace& ref) {
+  std::set<int> unfinished_ranks, shape_ranks;
+  const TraceEvent* timeout = nullptr;
+  const TraceEvent* mismatch = nullptr;
+  for (const auto& e : got.events()) {
+    if (Contains(e.message, "Expected to have finished reduction")) unfinished_ranks.insert(e.rank);
+    if (Contains(e.message, "appears not to match") || Contains(e.message, "DDP expects same model")) shape_ranks.insert(e.rank);
+    if (e.kind == "timeout" && !timeout) timeout = &e;
+    if (Contains(e.message, "fingerprint") || (e.kind == "ddp_error" && Contains(e.message, " while rank "))) {
+      if (!mismatch) mismatch = &e;
+    }
+  }
+  if (!shape_ranks.empty()) {
+    return Make("param-order", "rank-divergent",
+                fmt::format("DDP's construction-time check failed on rank(s) {}: a parameter's shape differs from rank 0's "
+                            "at the same position, so the ranks registered their parameters in different orders",
+                            fmt::join(shape_ranks, ", ")));
+  }
+  if (!unfinished_ranks.empty()) {
+    if (static_cast<int>(unfinished_ranks.size()) == s.world) {
+      return Make("unused-param", "hang",
+                  "every rank left the reduction unfinished: a parameter got no gradient while "
+                  "find_unused_parameters=False (torch raises \"Expected to have finished reduction in the prior "
+                  "iteration\" one step later, after un-reduced gradients were applied)");
+    }
+    return Make("different-forward-path", "hang",
+                fmt::format("only rank(s) {} left the reduction unfinished: rank-dependent control flow skipped a "
+                            "branch there, so the ranks' collectives no longer match",
+                            fmt::join(unfinished_ranks, ", ")));
+  }
+  for (const auto& e : got.events()) {
+    // A bucket all-reduce that one rank skipped: its next collective meets the others' all-reduce and the
+    // collective fingerprints disagree ("rank R entered broadcast ... while ranks ... entered allreduce").
+    const auto at = e.message.find("does not match on every rank");
+    if (at == std::string::npos || e.message.find("'allreduce bucket") == std::string::npos) continue;
+    const auto who = e.message.find(": rank ", at);
+    const auto verb = e.message.find(" entered ", who == std::string::npos ? at : who);
+    const auto others = e.message.find(" entered allreduce", verb + 1);
+    if (who != std::string::npos && verb != std::string::npos && others != std::string::npos &&
+        e.message.compare(verb, 18, " entered allreduce") != 0) {
+      const std::string rank = e.message.substr(who + 7, verb - who - 7);
+      return Make("drop-bucket", "rank-divergent",
+                  fmt::format("rank {} skipped a bucket's all-reduce: its next collective met the others' all-reduce "
+                              "at step {} and the collective fingerprints disagree: {}", rank, e.step, e.message));
+    }
+  }
+  if (timeout) {
+    // bypass-ddp: a rank that never timed out applied gradients it never all-reduced (no bucket recorded).
+    for (int r = 0; r < s.world; ++r) {
+      const bool has_events =
+          std::any_of(got.events().begin(), got.events().end(), [&](const TraceEvent& e) { return e.rank == r; });
+      if (has_events) continue;
+      for (const auto& [k, v] : got.records()) {
+        if (k.rank != r || k.checkpoint != Checkpoint::kReduced) continue;
+        if (got.Find({k.step, Checkpoint::kBucket, "bucket0", r}) == nullptr) {
+          return Make("bypass-ddp", "rank-divergent",
+                      fmt::format("rank {} applied gradients it never all-reduced at step {} (its reducer was never "
+                                  "armed: no bucket, no buffer broadcast) while the others waited for it: {}. A forward "
+                                  "through model.module.f(...) bypasses DDP", r, k.step, timeout->message));
+        }
+        break;
+      }
+    }
+    // uneven-batches: a rank that finished its loop cleanly (no event) but ran fewer steps than the reference,
+    // while the others waited for it in a collective.
+    const auto last = LastParamStep(got);
+    const auto ref_last = LastParamStep(ref);
+    int64_t ref_steps = -1;
+    for (const auto& [k, v] : ref.records()) {
+      if (k.checkpoint == Checkpoint::kParams) ref_steps = std::max(ref_steps, k.step);
+    }
+    (void)ref_last;
+    std::vector<int> finished_early;
+    for (int r = 0; r < s.world; ++r) {
+      const bool has_events =
+          std::any_of(got.events().begin(), got.events().end(), [&](const TraceEvent& e) { return e.rank == r; });
+      auto it = last.find(r);
+      if (!has_events && it != last.end() && it->second < ref_steps) finished_early.push_back(r);
+    }
+    if (!finished_early.empty()) {
+      return Make("uneven-batches", "hang",
+                  fmt::format("rank(s) {} ran out of batches and left the training loop while the others waited in a "
+                              "collective: {} (use torch.distributed.algorithms.Join, or give every rank equal batches)",
+                              fmt::join(finished_early, ", "), timeout->message));
+    }
+  }
+  (void)mismatch;
+  return std::nullopt;
+}
+
+std::optional<Diagnosis> FromSampler(const Scenario& s, const Trace& got, const Trace& ref, const Mismatch& m) {
+  if (m.key.tensor == "eval_indices") {
+    const auto counted = Ints(got.Find(m.key));
+    std::map<int64_t, int> seen;
+    std::vector<int64_t> dup;
+    for (int r = 0; r < s.world; ++r) {
+      for (int64_t i : Ints(got.Find({m.key.step, Checkpoint::kSampler, "eval_indices", r}))) {
+        if (++seen[i] == 2) dup.push_back(i);
+      }
+    }
+    return Make("eval-padding-counted", "reference-divergent",
+                fmt::format("the evaluation counted {} samples on rank {} where {} are real; DistributedSampler's "
+                            "padding duplicates samples {} across ranks, and they were counted twice",
+                            counted.size(), m.key.rank, Ints(ref.Find(m.key)).size(), fmt::join(dup, ", ")));
+  }
+  if (m.key.tensor != "indices") return std::nullopt;
+  const auto got_idx = Ints(got.Find(m.key));
+  // skip-set-epoch: this batch is the one the reference used at an earlier step (epoch 0's order again).
+  for (const auto& [k, v] : ref.records()) {
+    if (k.checkpoint != Checkpoint::kSampler || k.tensor != "indices" || k.rank != m.key.rank || k.step >= m.key.step) continue;
+    if (Ints(&v) == got_idx) {
+      return Make("skip-set-epoch", "reference-divergent",
+                  fmt::format("rank {}'s batch at step {} is exactly its batch of step {}: every epoch replays epoch "
+                              "0's order, as when sampler.set_epoch(epoch) is never called",
+                              m.key.rank, m.key.step, k.step));
+    }
+  }
+  // sampler-seed-per-rank: rank 0 agrees with the reference, other ranks do not, and the shards overlap.
+  const auto r0_got = Ints(got.Find({m.key.step, Checkpoint::kSampler, "indices", 0}));
+  const auto r0_ref = Ints(ref.Find({m.key.step, Checkpoint::kSampler, "indices", 0}));
+  if (m.key.rank != 0 && r0_got == r0_ref) {
+    std::map<int64_t, int> count;
+    int64_t overlap = 0, total = 0;
+    for (const auto& [k, v] : got.records()) {
+      if (k.checkpoint != Checkpoint::kSampler || k.tensor != "indices") continue;
+      if (k.step > m.key.step) continue;
+      for (double i : v.data) {
+        ++total;
+        if (++count[static_cast<int64_t>(i)] == 2) ++overlap;
+      }
+    }
+    return Make("sampler-seed-per-rank", "rank-divergent",
+                fmt::format("rank {} draws a different permutation than rank 0: each rank seeded its sampler "
+                            "differently, so shards overlap ({} of {} samples drawn up to step {} appear on more than one rank)",
+                            m.key.rank, overlap, total, m.key.step));
+  }
+  return std::nullopt;
+}
+
+std::optional<Diagnosis> FromReduced(const Scenario& s, const Trace& got, const Trace& ref, const Mismatch& m) {
+  const int w = s.world;
+  // scaler-state: with AMP, one rank's gradients are a power-of-two multiple of the reference's: its loss was
+  // scaled by another factor.
+  if (s.amp.enabled && m.ratio != 0.0 && m.key.rank > 0) {
+    int e = 0;
+    const double frac = std::frexp(m.ratio, &e);
+    if (frac == 0.5 && e != 1) {
+      return Make("scaler-state", "rank-divergent",
+                  fmt::format("rank {}'s gradients are {:g}x the reference's at step {}: its GradScaler holds a "
+                              "different scale (restored from another checkpoint, or updated on its own)",
+                              m.key.rank, m.ratio, m.key.step));
+    }
+  }
+  const int64_t k = std::max<int64_t>(1, s.ddp.no_sync_steps);
+  if (m.ratio != 0.0 && w > 1 && std::abs(m.ratio - w) < 1e-6 * w) {
+    return Make("loss-times-world", "reference-divergent",
+                fmt::format("reduced gradients are {:.3f}x the reference at every element: loss multiplied by world "
+                            "size (or averaged twice)?", m.ratio));
+  }
+  const double inv = k > 1 ? 1.0 / static_cast<double>(k) : 1.0 / w;
+  if (m.ratio != 0.0 && std::abs(m.ratio - inv) < 1e-6 * inv && (k > 1 || w > 1)) {
+    return Make("grad-accum-normalisation", "reference-divergent",
+                fmt::format("reduced gradients are {:.4f}x the reference at every element (= 1/{}): the loss was "
+                            "normalised by the {} and DDP averaged again",
+                            m.ratio, k > 1 ? k : w, k > 1 ? "accumulation window" : "world size"));
+  }
+  // Per-rank batch sizes differ at this step: DDP's mean of per-rank means is not the global mean.
+  std::set<size_t> sizes;
+  for (int r = 0; r < w; ++r) sizes.insert(Ints(got.Find({m.key.step, Checkpoint::kSampler, "indices", r})).size());
+  if (sizes.size() > 1) {
+    return Make("uneven-shard-mean", "reference-divergent",
+                fmt::format("at step {} the ranks' batches have {} different sizes (from {} to {} samples): DDP "
+                            "averages per-rank means, which is not the global-batch mean; this is DDP's documented "
+                            "semantics", m.key.step, sizes.size(), *sizes.begin(), *sizes.rbegin()));
+  }
+  // A rank whose gradients were never all-reduced: it issued no bucket at this step (forward bypassed DDP),
+  // or its bucket content went straight back into its grads (the all-reduce was dropped).
+  for (int r = 0; r < w; ++r) {
+    const bool has_bucket = got.Find({m.key.step, Checkpoint::kBucket, "bucket0", r}) != nullptr;
+    const bool has_reduced = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, r}) != nullptr;
+    if (has_reduced && !has_bucket && w > 1) {
+      return Make("bypass-ddp", "rank-divergent",
+                  fmt::format("rank {} applied its local gradients at step {}: its reducer was never armed (no "
+                              "bucket was all-reduced there), as after a forward through model.module.f(...)", r, m.key.step));
+    }
+  }
+  const Tensor* mine = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, m.key.rank});
+  bool ranks_differ = false;
+  for (int r = 0; r < w && mine; ++r) {
+    const Tensor* other = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, r});
+    if (other && !BitwiseEqual(*other, *mine)) ranks_differ = true;
+  }
+  if (ranks_differ && s.ddp.find_unused_parameters && k > 1) {
+    return Make("nosync-unused", "rank-divergent",
+                fmt::format("{} differs across ranks after the accumulation window: a parameter used only in an "
+                            "early no_sync micro-step was treated as globally unused, so its accumulated local "
+                            "gradient was never all-reduced (PyTorch #69031, fixed by PR #124193)", m.key.tensor));
+  }
+  if (m.kind == "rank-divergent" || m.kind == "reference-divergent") {
+    for (int r = 0; r < w; ++r) {
+      const Tensor* red = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, r});
+      const Tensor* loc = got.Find({m.key.step, Checkpoint::kLocalGrad, m.key.tensor, r});
+      if (!red || !loc || red->data.size() != loc->data.size() || w == 1) continue;
+      bool unreduced = true;
+      for (size_t i = 0; i < red->data.size() && unreduced; ++i) {
+        const double want = red->dtype == DType::kFloat32
+                                ? static_cast<double>(static_cast<float>(loc->data[i]) * static_cast<float>(1.0 / w))
+                                : loc->data[i] * (1.0 / w);
+        unreduced = red->data[i] == want;
+      }
+      if (unreduced) {
+        return Make("drop-bucket", "rank-divergent",
+                    fmt::format("rank {}'s reduced {} at step {} is its own gradient times 1/W: the bucket's all-reduce "
+                                "was skipped on that rank (a lost or mis-ordered collective)", r, m.key.tensor, m.key.step));
+      }
+    }
+  }
+  (void)ref;
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Trace& reference,
                                   const CompareResult& result) {
   if (result.pass || !result.first) return std::nullopt;
   const Mismatch& m = *result.first;
-  Diagnosis d;
-  d.kind = m.kind;
-  // Evidence-driven patterns first; they do not look at which fault was injected.
-  if (m.key.checkpoint == Checkpoint::kReduced && m.ratio != 0.0 && std::abs(m.ratio - s.world) < 1e-6 * s.world &&
-      s.world > 1) {
-    d.pattern = "loss-times-world";
-    d.explanation = fmt::format("reduced gradients are {:.3f}x the reference at every element: loss multiplied by "
-                                "world size (or averaged twice)?", m.ratio);
-    return d;
+  std::optional<Diagnosis> d = FromEvents(s, got, reference);
+  const bool event_first = m.kind == "hang" || m.kind == "error";
+  if (!d && !event_first) {
+    switch (m.key.checkpoint) {
+      case Checkpoint::kInit: {
+        const Tensor* mine = got.Find(m.key);
+        const Tensor* rank0 = got.Find({m.key.step, m.key.checkpoint, m.key.tensor, 0});
+        if (m.key.rank != 0 && mine && rank0 && !BitwiseEqual(*mine, *rank0)) {
+          const bool is_buffer = m.key.tensor.find("running") != std::string::npos ||
+                                 m.key.tensor.find("num_batches") != std::string::npos;
+          d = is_buffer ? Make("buffer-outside-ddp", "rank-divergent",
+                               fmt::format("rank {}'s {} differs from rank 0's before the first step while the "
+                                           "parameters agree: a buffer DDP does not own (a module outside the wrapper) "
+                                           "was initialised differently there", m.key.rank, m.key.tensor))
+                        : Make("no-initial-broadcast", "rank-divergent",
+                               fmt::format("rank {}'s {} differs from rank 0's before the first step: the ranks were "
+                                           "seeded differently and the initial state was never broadcast", m.key.rank, m.key.tensor));
+        }
+        break;
+      }
+      case Checkpoint::kSampler:
+        d = FromSampler(s, got, reference, m);
+        break;
+      case Checkpoint::kForwardBuffers:
+      case Checkpoint::kBuffers:
+        if (m.kind == "rank-divergent" || m.key.checkpoint == Checkpoint::kForwardBuffers) {
+          d = Make("no-buffer-broadcast", m.kind,
+                   fmt::format("rank {} starts step {}'s forward from its own {} instead of rank 0's: buffers are not "
+                               "broadcast (broadcast_buffers=False or a non-DDP wrapper), so BatchNorm statistics drift "
+                               "per rank", m.key.rank, m.key.step, m.key.tensor));
+        }
+        break;
+      case Checkpoint::kLoss:
+        if (m.key.rank != 0) {
+          const bool has_dropout = std::any_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) { return l.type == "dropout"; });
+          if (has_dropout) {
+            d = Make("same-dropout-seed", "finding",
+                     fmt::format("rank {}'s loss at step {} differs from the reference, which draws each rank's dropout "
+                                 "mask from its own generator: the ranks' masks are correlated (same seed everywhere)",
+                                 m.key.rank, m.key.step));
+          }
+        }
+        break;
+      case Checkpoint::kLocalGrad:
+      case Checkpoint::kReduced:
+        d = FromReduced(s, got, reference, m);
+        break;
+      case Checkpoint::kUnscaled:
+        d = Make("clip-before-unscale", "reference-divergent",
+                 fmt::format("{} after unscale_ differs from the reference at step {}: gradients were clipped while "
+                             "still multiplied by the loss scale, so clipping was scale times too strong", m.key.tensor, m.key.step));
+        break;
+      case Checkpoint::kScaler:
+        d = Make("scaler-state", "rank-divergent",
+                 fmt::format("rank {}'s GradScaler {} differs at step {}: that rank's scaler state was restored from "
+                             "elsewhere or updated on its own", m.key.rank, m.key.tensor, m.key.step));
+        break;
+      case Checkpoint::kLr:
+        d = Make("lr-not-scaled", "finding",
+                 fmt::format("the learning rate is {:.6g} where the run's rule gives {:.6g} ({:.4g}x): the world size "
+                             "changed without rescaling the learning rate", m.got, m.want, m.want != 0 ? m.got / m.want : 0));
+        break;
+      case Checkpoint::kParams:
+        if (m.key.rank != 0) {
+          const Tensor* now = got.Find(m.key);
+          TraceKey prev_key = m.key;
+          prev_key.step -= 1;
+          prev_key.checkpoint = m.key.step == 0 ? Checkpoint::kInit : Checkpoint::kParams;
+          if (m.key.step == 0) prev_key.step = 0;
+          const Tensor* prev = got.Find(prev_key);
+          if (now && prev && BitwiseEqual(*now, *prev)) {
+            d = Make("skip-step", "rank-divergent",
+                     fmt::format("rank {}'s {} did not change at step {} while the other ranks stepped: that rank "
+                                 "skipped the optimizer step on its own", m.key.rank, m.key.tensor, m.key.step));
+          }
+        }
+        break;
+      default:
+        break;
+    }
   }
-  if (m.kind == "hang") {
-    d.pattern = "unknown";
-    d.explanation = m.message;
-    return d;
+  if (!d && !s.faults.empty()) {
+    // No evidence rule matched: name the injected fault with where it first showed.
+    const FaultInfo* info = FindFault(s.faults.front().name);
+    d = Make(s.faults.front().name, info ? info->kind : m.kind,
+             fmt::format("injected; first divergence at {} ({})", m.key.ToString(), info ? info->description : ""));
   }
-  d.pattern = "unknown";
-  d.explanation = DescribeMismatch(m);
-  (void)got;
-  (void)reference;
+  if (!d) d = Make("unknown", m.kind, DescribeMismatch(m));
   return d;
 }
 

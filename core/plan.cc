@@ -19,7 +19,7 @@ Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vecto
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < s.epochs; ++epoch) {
     SamplerConfig cfg;
-    cfg.n = s.data.x.shape.empty() ? 0 : s.data.x.shape[0];
+    cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
     cfg.world = s.world;
     cfg.shuffle = s.sampler.shuffle;
     cfg.seed = opts.sampler_seed;
@@ -27,6 +27,7 @@ Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vecto
     cfg.drop_last = s.sampler.drop_last;
     std::vector<int64_t> shard;
     DDPCHECK_RETURN_IF_ERROR(ShardIndices(cfg, rank, &shard));
+    if (opts.trim_last_sample && shard.size() > 1) shard.pop_back();
     std::vector<std::vector<int64_t>> batches = Batches(shard, s.batch_size);
     if (opts.drop_batches > 0) {
       batches.resize(static_cast<size_t>(std::max<int64_t>(0, static_cast<int64_t>(batches.size()) - opts.drop_batches)));
@@ -44,6 +45,22 @@ Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vecto
     }
   }
   return Status::Ok();
+}
+
+std::vector<int64_t> EvalIndices(const Scenario& s, int rank, bool count_padding) {
+  SamplerConfig cfg;
+  cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
+  cfg.world = s.world;
+  cfg.shuffle = false;
+  cfg.drop_last = false;
+  std::vector<int64_t> shard;
+  if (!ShardIndices(cfg, rank, &shard).ok()) return {};
+  std::vector<int64_t> counted;
+  for (size_t k = 0; k < shard.size(); ++k) {
+    const int64_t position = static_cast<int64_t>(k) * s.world + rank;  // position in the padded list
+    if (count_padding || position < cfg.n) counted.push_back(shard[k]);
+  }
+  return counted;
 }
 
 Batch MakeBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows) {

@@ -29,10 +29,16 @@ struct PlanOptions {
   uint64_t sampler_seed = 0;  // the sampler's seed for this rank (faults: sampler-seed-per-rank)
   bool set_epoch = true;      // false: every epoch replays epoch 0's order (fault skip-set-epoch)
   int64_t drop_batches = 0;   // this rank has this many fewer batches per epoch (fault uneven-batches)
+  bool trim_last_sample = false;  // this rank's shard loses its last sample (an uneven split, uneven-shard-mean)
 };
 PlanOptions DefaultPlanOptions(const Scenario& s);
 
 Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vector<StepPlan>* out);
+
+// The rows an evaluation over DistributedSampler(shuffle=False) should count on this rank: its shard without
+// the padded duplicates (global positions >= N); with count_padding, the whole padded shard (the bug
+// eval-padding-counted).
+std::vector<int64_t> EvalIndices(const Scenario& s, int rank, bool count_padding);
 
 // Rows `rows` of the dataset as one batch (x rows; y rows or class ids).
 Batch MakeBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows);

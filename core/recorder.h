@@ -14,6 +14,8 @@ class StepRecorder {
   StepRecorder(Trace* trace, Replica* replica, int rank) : trace_(trace), replica_(replica), rank_(rank) {}
   bool enabled() const { return trace_ != nullptr; }
   void set_step(int64_t step) { step_ = step; }
+  // Where this rank is within the step (for events); const so the protocol code can mark its phase.
+  void set_checkpoint(Checkpoint c) const { checkpoint_ = c; }
   int64_t step() const { return step_; }
   int rank() const { return rank_; }
 
@@ -30,7 +32,7 @@ class StepRecorder {
   void RecordGrads(Checkpoint c) const;    // every defined gradient
   void RecordBuffers(Checkpoint c) const;  // every buffer (dtype as declared, e.g. int64 num_batches_tracked)
   void Event(const std::string& kind, const std::string& message) const {
-    if (trace_) trace_->AddEvent({step_, rank_, kind, message});
+    if (trace_) trace_->AddEvent({step_, rank_, checkpoint_, kind, message});
   }
   Trace* trace() const { return trace_; }
 
@@ -39,6 +41,7 @@ class StepRecorder {
   Replica* replica_;
   int rank_;
   int64_t step_ = 0;
+  mutable Checkpoint checkpoint_ = Checkpoint::kInit;
 };
 
 }  // namespace ddpcheck::core

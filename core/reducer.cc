@@ -10,6 +10,7 @@ Reducer::Reducer(Replica* replica, Communicator* comm, const DdpSpec& spec)
   ready_.assign(n, false);
   used_.assign(n, false);
   aliased_.assign(n, false);
+  used_outside_sync_.assign(n, false);
   bucket_of_.assign(n, -1);
   slot_of_.assign(n, -1);
 }
@@ -53,12 +54,15 @@ Span Reducer::View(const Bucket& b, size_t slot) const {
 
 void Reducer::Prepare(const StepRecorder* rec, const ReducerFaults& faults) {
   rec_ = rec;
+  if (rec_) rec_->set_checkpoint(Checkpoint::kBucket);
   faults_ = faults;
   armed_ = true;
   status_ = Status::Ok();
   next_bucket_ = 0;
   std::fill(ready_.begin(), ready_.end(), false);
-  std::fill(used_.begin(), used_.end(), false);
+  used_ = used_outside_sync_;
+  if (faults.forget_nosync_usage) std::fill(used_.begin(), used_.end(), false);
+  std::fill(used_outside_sync_.begin(), used_outside_sync_.end(), false);
   for (auto& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.launched = false;
@@ -97,6 +101,8 @@ void Reducer::MarkReady(int param) {
   LaunchReadyBuckets();
 }
 
+void Reducer::MarkUsedOutsideSync(int param) { used_outside_sync_[static_cast<size_t>(param)] = true; }
+
 void Reducer::LaunchReadyBuckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_];
@@ -107,8 +113,8 @@ void Reducer::LaunchReadyBuckets() {
     if (rec_ && rec_->enabled()) {
       rec_->RecordSpan(Checkpoint::kBucket, tag, b.buffer, {b.numel});
       std::vector<double> ids(b.params.begin(), b.params.end());
-      rec_->Record(Checkpoint::kBucket, tag + ".params",
-                   Tensor(DType::kInt64, {static_cast<int64_t>(ids.size())}, std::move(ids)));
+      const auto count = static_cast<int64_t>(ids.size());  // before the move: argument order is unspecified
+      rec_->Record(Checkpoint::kBucket, tag + ".params", Tensor(DType::kInt64, {count}, std::move(ids)));
     }
     b.launched = true;
     if (faults_.drop_bucket == index) continue;  // drop-bucket@R: this rank never issues the all-reduce

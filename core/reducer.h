@@ -22,7 +22,8 @@ namespace ddpcheck::core {
 
 // Per-rank fault switches the reducer honours (set by the training loop from the scenario's faults).
 struct ReducerFaults {
-  int drop_bucket = -1;  // drop-bucket@R: this rank skips the all-reduce of this bucket
+  int drop_bucket = -1;                // drop-bucket@R: this rank skips the all-reduce of this bucket
+  bool forget_nosync_usage = false;    // nosync-unused: the pre-2024 used-map that ignores no_sync usage
 };
 
 class Reducer {
@@ -38,6 +39,9 @@ class Reducer {
   bool armed() const { return armed_; }
   // The autograd hook for parameter i. Collective errors are kept and returned by FinishBackward.
   void MarkReady(int param);
+  // A parameter that got a gradient in a backward outside sync (no_sync): it counts as locally used in the
+  // next synced backward's used-map, unless faults.forget_nosync_usage.
+  void MarkUsedOutsideSync(int param);
   Status FinishBackward();
 
   // Gradient-ready order of the first synced backward (for the bucket rebuild); empty until then.
@@ -72,7 +76,7 @@ class Reducer {
   std::vector<std::vector<int>> layout_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_, slot_of_;  // per param
-  std::vector<bool> ready_, used_, aliased_;
+  std::vector<bool> ready_, used_, aliased_, used_outside_sync_;
   std::vector<int> ready_order_;
   bool record_ready_order_ = true;
   std::vector<int> unready_;

@@ -20,6 +20,7 @@ struct Batch {
   Tensor x;
   Tensor y;
   std::vector<int64_t> indices;
+  int64_t micro_step = 0;  // position in the no_sync accumulation window
 };
 
 struct ParamInfo {

@@ -1,6 +1,8 @@
 #include "core/report.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <sstream>
 
@@ -28,6 +30,49 @@ void FillSeries(const Trace& trace, RunReport* report) {
     if (key.checkpoint == Checkpoint::kScaler && key.tensor == "scale") report->scale_by_step[key.step] = value.data[0];
     if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0) report->loss_by_step[key.step] = value.data[0];
   }
+}
+
+void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolicy& policy, RunReport* report) {
+  // The same budget as CompareTraces: it scales with the largest reference magnitude at (step, checkpoint).
+  std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
+  for (const auto& [key, value] : want.records()) {
+    double& sc = scale_at[{key.step, key.checkpoint}];
+    for (double v : value.data) {
+      if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
+    }
+  }
+  auto& map = report->divergence_map;
+  for (const auto& [key, value] : got.records()) {
+    if (key.rank == kAllRanks) continue;
+    RunReport::Cell& cell = map[key.rank][key.step];
+    if (key.checkpoint == Checkpoint::kBucket) continue;
+    const Tensor* w = want.Find(key);
+    if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
+    if (!w || w->shape != value.shape) continue;
+    const bool floating = IsFloating(w->dtype);
+    const bool exact = policy.exact || !floating || key.checkpoint == Checkpoint::kSampler ||
+                       key.checkpoint == Checkpoint::kLr || key.checkpoint == Checkpoint::kScaler;
+    double scale = 0;
+    for (double v : w->data) scale = std::max(scale, std::abs(v));
+    const double budget =
+        exact ? 0.0 : policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
+    for (size_t i = 0; i < w->data.size(); ++i) {
+      const double g = value.data[i], v = w->data[i];
+      if (std::isnan(g) && std::isnan(v)) continue;
+      double err = std::abs(g - v);
+      if (std::isnan(err)) err = INFINITY;
+      if (floating) cell.max_abs_err = std::max(cell.max_abs_err, err);
+      if (exact ? g != v : err > budget) cell.failed = true;
+    }
+  }
+  for (const auto& m : report->result.mismatches) {
+    if (m.key.rank != kAllRanks) map[m.key.rank][m.key.step].failed = true;
+  }
+}
+
+double BudgetUsed(const Mismatch& m) {
+  if (m.budget > 0) return m.abs_err / m.budget;
+  return m.abs_err > 0 || std::isnan(m.abs_err) ? INFINITY : 0.0;
 }
 
 std::string DescribeMismatch(const Mismatch& m) {
@@ -97,6 +142,7 @@ nlohmann::json MismatchJson(const Mismatch& m) {
           {"rel_err", EncodeValue(m.rel_err)}, {"ulps", EncodeValue(m.ulps)},
           {"budget", m.budget},       {"bad_elements", m.bad_elements},
           {"elements", m.elements},   {"ratio", m.ratio},
+          {"budget_used", EncodeValue(BudgetUsed(m))},
           {"message", m.message}};
 }
 }  // namespace
@@ -106,6 +152,8 @@ nlohmann::json ReportToJson(const RunReport& r) {
   j["format"] = "ddpcheck-report";
   j["version"] = kReportFormatVersion;
   j["verdict"] = r.pass() ? "PASS" : "FAIL";
+  j["verdict_line"] = VerdictLine(r);
+  j["exit_code"] = r.ExitCode();
   j["provenance"] = r.provenance;
   j["scenario"] = r.scenario;
   j["backend"] = r.backend;
@@ -122,15 +170,24 @@ nlohmann::json ReportToJson(const RunReport& r) {
                                : nlohmann::json();
   nlohmann::json checkpoints = nlohmann::json::object();
   for (const auto& [name, st] : r.result.stats) {
-    checkpoints[name] = {{"tensors", st.compared}, {"failed", st.failed}, {"max_abs_err", st.max_abs},
-                         {"max_rel_err", st.max_rel}, {"max_ulps", st.max_ulps}};
+    checkpoints[name] = {{"tensors", st.compared},
+                         {"failed", st.failed},
+                         {"max_abs_err", EncodeValue(st.max_abs)},
+                         {"max_rel_err", EncodeValue(st.max_rel)},
+                         {"max_ulps", EncodeValue(st.max_ulps)}};
   }
   j["checkpoints"] = checkpoints;
   nlohmann::json mismatches = nlohmann::json::array();
   for (const auto& m : r.result.mismatches) mismatches.push_back(MismatchJson(m));
   j["mismatches"] = mismatches;
   nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : r.events) events.push_back({{"step", e.step}, {"rank", e.rank}, {"kind", e.kind}, {"message", e.message}});
+  for (const auto& e : r.events) {
+    events.push_back({{"step", e.step},
+                      {"rank", e.rank},
+                      {"checkpoint", CheckpointName(e.checkpoint)},
+                      {"kind", e.kind},
+                      {"message", e.message}});
+  }
   j["events"] = events;
   j["tolerance"] = r.result.derivation;
   nlohmann::json series = nlohmann::json::object();
@@ -150,6 +207,14 @@ nlohmann::json ReportToJson(const RunReport& r) {
     errors[t] = a;
   }
   j["error_by_tensor"] = errors;
+  nlohmann::json cells = nlohmann::json::array();
+  for (const auto& [rank, by_step] : r.divergence_map) {
+    for (const auto& [step, cell] : by_step) {
+      cells.push_back({{"rank", rank}, {"step", step}, {"max_abs_err", EncodeValue(cell.max_abs_err)},
+                       {"failed", cell.failed}});
+    }
+  }
+  j["divergence_map"] = cells;
   return j;
 }
 

@@ -32,6 +32,9 @@ struct LayerSpec {
   // is not used in the loss on the listed ranks (empty + unused=true: on every rank).
   bool unused = false;
   std::vector<int> unused_on_ranks;
+  // Control flow across a no_sync window: the layer runs only in this micro-step of each accumulation
+  // window and is bypassed in the others (-1: always runs). Used by the nosync-unused scenario.
+  int64_t only_micro_step = -1;
 };
 
 struct InitSpec {
@@ -71,6 +74,7 @@ struct DdpSpec {
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   int64_t no_sync_steps = 1;  // gradient accumulation window: k-1 micro-steps under no_sync, then a synced one
+  int64_t timeout_ms = 30000;  // every collective's timeout (torch's default process-group timeout is 30 min)
   int64_t bucket_cap_bytes() const { return static_cast<int64_t>(bucket_cap_mb * 1024 * 1024); }
 };
 

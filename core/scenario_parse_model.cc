@@ -16,6 +16,10 @@ const std::vector<std::string> kLayerTypes = {"linear", "relu", "tanh", "batchno
 
 // "unused": true | false | [ranks].
 Status ParseUnused(const JsonObject& o, LayerSpec* l) {
+  if (o.Has("only_micro_step")) {
+    DDPCHECK_RETURN_IF_ERROR(ReadInt64(o.At("only_micro_step"), o.PathOf("only_micro_step"), &l->only_micro_step));
+    if (l->only_micro_step < 0) return JsonError(o.PathOf("only_micro_step"), "must be >= 0", o.At("only_micro_step"));
+  }
   if (!o.Has("unused")) return Status::Ok();
   const json& u = o.At("unused");
   if (u.is_boolean()) {
@@ -40,13 +44,13 @@ Status ParseLayer(const json& v, const std::string& path, LayerSpec* l) {
   DDPCHECK_RETURN_IF_ERROR(ReadString(v["type"], JsonPath(path, "type"), &l->type));
   std::vector<std::string> keys;
   if (l->type == "linear") {
-    keys = {"type", "in", "out", "bias", "unused"};
+    keys = {"type", "in", "out", "bias", "unused", "only_micro_step"};
   } else if (l->type == "batchnorm1d") {
-    keys = {"type", "features", "eps", "momentum", "affine", "track_running_stats", "unused"};
+    keys = {"type", "features", "eps", "momentum", "affine", "track_running_stats", "unused", "only_micro_step"};
   } else if (l->type == "dropout") {
-    keys = {"type", "p", "unused"};
+    keys = {"type", "p", "unused", "only_micro_step"};
   } else if (l->type == "relu" || l->type == "tanh") {
-    keys = {"type", "unused"};
+    keys = {"type", "unused", "only_micro_step"};
   } else {
     return Status::Invalid(JsonPath(path, "type") + ": unknown layer type '" + l->type + "'; " +
                            SuggestionFor(l->type, kLayerTypes));

@@ -22,13 +22,15 @@ Status ParseDdp(const json& v, DdpSpec* out) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(JsonObject::Open(v, "/ddp",
                                             {"bucket_cap_mb", "first_bucket_bytes", "broadcast_buffers",
-                                             "find_unused_parameters", "gradient_as_bucket_view", "no_sync_steps"},
+                                             "find_unused_parameters", "gradient_as_bucket_view", "no_sync_steps",
+                                             "timeout_ms"},
                                             &o));
   DDPCHECK_RETURN_IF_ERROR(o.Double("bucket_cap_mb", &out->bucket_cap_mb));
   DDPCHECK_RETURN_IF_ERROR(o.Int("first_bucket_bytes", &out->first_bucket_bytes));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("broadcast_buffers", &out->broadcast_buffers));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("find_unused_parameters", &out->find_unused_parameters));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("gradient_as_bucket_view", &out->gradient_as_bucket_view));
+  DDPCHECK_RETURN_IF_ERROR(o.Int("timeout_ms", &out->timeout_ms));
   return o.Int("no_sync_steps", &out->no_sync_steps);
 }
 

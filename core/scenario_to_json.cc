@@ -27,6 +27,7 @@ json LayerToJson(const LayerSpec& l) {
   } else if (l.type == "dropout") {
     j["p"] = l.p;
   }
+  if (l.only_micro_step >= 0) j["only_micro_step"] = l.only_micro_step;
   if (l.unused) j["unused"] = l.unused_on_ranks.empty() ? json(true) : json(l.unused_on_ranks);
   return j;
 }
@@ -120,7 +121,8 @@ json ScenarioToJson(const Scenario& s) {
               {"broadcast_buffers", s.ddp.broadcast_buffers},
               {"find_unused_parameters", s.ddp.find_unused_parameters},
               {"gradient_as_bucket_view", s.ddp.gradient_as_bucket_view},
-              {"no_sync_steps", s.ddp.no_sync_steps}};
+              {"no_sync_steps", s.ddp.no_sync_steps},
+              {"timeout_ms", s.ddp.timeout_ms}};
   j["optimizer"] = OptimizerToJson(s.optimizer);
   j["schedulers"] = json::array();
   for (const auto& sc : s.schedulers) j["schedulers"].push_back(SchedulerToJson(sc));

@@ -129,6 +129,7 @@ Status CheckTraining(const Scenario& s) {
   const DdpSpec& d = s.ddp;
   if (!(d.bucket_cap_mb > 0)) return ValueError("/ddp/bucket_cap_mb", "must be > 0", d.bucket_cap_mb);
   if (d.first_bucket_bytes < 1) return ValueError("/ddp/first_bucket_bytes", "must be >= 1", d.first_bucket_bytes);
+  if (d.timeout_ms < 1) return ValueError("/ddp/timeout_ms", "must be >= 1", d.timeout_ms);
   if (d.no_sync_steps < 1) return ValueError("/ddp/no_sync_steps", "must be >= 1 (1: no accumulation)", d.no_sync_steps);
   if (s.optimizer.type != "sgd" && s.optimizer.type != "adam" && s.optimizer.type != "adamw") {
     return Status::Invalid("/optimizer/type: must be sgd, adam or adamw, got '" + s.optimizer.type + "'");

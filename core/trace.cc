@@ -121,7 +121,8 @@ Status Trace::Write(const std::string& dir) const {
   index["records"] = std::move(records);
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : events_) {
-    events.push_back({{"step", e.step}, {"rank", e.rank}, {"kind", e.kind}, {"message", e.message}});
+    events.push_back({{"step", e.step}, {"rank", e.rank}, {"checkpoint", CheckpointName(e.checkpoint)},
+                      {"kind", e.kind}, {"message", e.message}});
   }
   index["events"] = std::move(events);
   std::ofstream out(dir + "/index.json");
@@ -192,8 +193,13 @@ Status Trace::Read(const std::string& dir, Trace* out) {
     }
   }
   for (const auto& e : index.value("events", nlohmann::json::array())) {
-    t.events_.push_back({e.value("step", int64_t{0}), e.value("rank", kAllRanks), e.value("kind", ""),
-                         e.value("message", "")});
+    TraceEvent ev;
+    ev.step = e.value("step", int64_t{0});
+    ev.rank = e.value("rank", kAllRanks);
+    ParseCheckpoint(e.value("checkpoint", std::string("init")), &ev.checkpoint);
+    ev.kind = e.value("kind", "");
+    ev.message = e.value("message", "");
+    t.events_.push_back(std::move(ev));
   }
   *out = std::move(t);
   return Status::Ok();

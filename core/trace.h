@@ -55,6 +55,7 @@ struct TraceKey {
 struct TraceEvent {
   int64_t step = 0;
   int rank = kAllRanks;
+  Checkpoint checkpoint = Checkpoint::kInit;  // where the rank was when it happened
   std::string kind;     // "timeout", "ddp_error", "mismatch", ...
   std::string message;  // the full Status text
 };

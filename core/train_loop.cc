@@ -1,5 +1,6 @@
 #include "core/train_loop.h"
 
+#include "core/amp.h"
 #include "core/check.h"
 #include "core/data.h"
 #include "core/ddp.h"
@@ -28,7 +29,8 @@ Tensor IndicesTensor(const std::vector<std::vector<int64_t>>& micro_batches) {
   return Tensor(DType::kInt64, {n}, std::move(v));
 }
 
-Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* comm, StepRecorder* rec) {
+Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* comm, StepRecorder* rec,
+                const RankRunOptions& opts) {
   const RankFaults faults = FaultsForRank(s, rank);
   DistributedDataParallel ddp(replica, comm, s.ddp);
   rec->set_step(0);
@@ -37,6 +39,10 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
   std::vector<StepPlan> plan;
   DDPCHECK_RETURN_IF_ERROR(PlanRank(s, rank, faults.plan, &plan));
   LrSchedule schedule(s.optimizer.lr, s.schedulers);
+  GradScaler scaler;
+  if (s.amp.enabled) DDPCHECK_RETURN_IF_ERROR(MakeGradScaler(s.amp, faults.ScalerInitFactor(), &scaler));
+  const AmpGradOps amp_ops{[&](float inv) { return replica->UnscaleGrads(inv); }, [&] { return replica->GradNorm(); },
+                           [&](double f) { replica->ScaleGrads(f); }};
   for (const StepPlan& p : plan) {
     rec->set_step(p.step);
     const DdpFaults ddp_faults = faults.DdpAt(p.step);
@@ -44,19 +50,40 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
     rec->Record(Checkpoint::kSampler, "indices", IndicesTensor(p.micro_batches));
     const size_t k = p.micro_batches.size();
     for (size_t m = 0; m < k; ++m) {
-      const Batch batch = MakeBatch(s.data.x, s.data.y, p.micro_batches[m]);
+      Batch batch = MakeBatch(s.data.x, s.data.y, p.micro_batches[m]);
+      batch.micro_step = static_cast<int64_t>(m);
       double loss = 0.0;
       DDPCHECK_RETURN_IF_ERROR(ddp.Forward(batch, /*no_sync=*/m + 1 < k, rec, ddp_faults, &loss));
       rec->Record(Checkpoint::kLoss, k == 1 ? "loss" : "loss." + std::to_string(m), Tensor::Scalar(loss, s.precision));
-      DDPCHECK_RETURN_IF_ERROR(ddp.Backward(faults.LossFactorAt(p.step)));
+      // scaler.scale(loss).backward(): the loss's gradient starts at the scale (times the loss fault's factor).
+      const double loss_scale = s.amp.enabled ? static_cast<double>(scaler.scale()) : 1.0;
+      DDPCHECK_RETURN_IF_ERROR(ddp.Backward(loss_scale * faults.LossFactorAt(p.step)));
     }
     rec->RecordGrads(Checkpoint::kReduced);
-    const double lr = schedule.lr();
+    bool found_inf = false;
+    if (s.amp.enabled) {
+      // After DDP's all-reduce every rank holds the same grads, so found_inf and the scale agree everywhere.
+      const AmpStepOptions o{s.amp.clip_grad_norm, faults.ClipBeforeUnscaleAt(p.step), s.precision};
+      DDPCHECK_RETURN_IF_ERROR(AmpUnscaleAndClip(o, amp_ops, &scaler, &found_inf));
+      rec->RecordGrads(Checkpoint::kUnscaled);
+    }
+    const double lr = schedule.lr() * faults.LrFactorAt(p.step);
     rec->Record(Checkpoint::kLr, "lr", Tensor::Scalar(lr));
-    if (!faults.SkipStepAt(p.step)) DDPCHECK_RETURN_IF_ERROR(replica->OptimizerStep(lr));
+    if (!found_inf && !faults.SkipStepAt(p.step)) DDPCHECK_RETURN_IF_ERROR(replica->OptimizerStep(lr));
+    if (s.amp.enabled) {
+      DDPCHECK_RETURN_IF_ERROR(scaler.UpdateAfterStep());
+      for (auto& [name, t] : ScalerRecord(scaler, found_inf, found_inf)) rec->Record(Checkpoint::kScaler, name, t);
+    }
     rec->RecordParams(Checkpoint::kParams);
     rec->RecordBuffers(Checkpoint::kBuffers);
-    if (p.last_in_epoch) schedule.Step();
+    if (p.last_in_epoch) {
+      // What an evaluation over DistributedSampler(shuffle=False) counts on this rank.
+      const std::vector<int64_t> eval = EvalIndices(s, rank, faults.CountEvalPadding());
+      rec->Record(Checkpoint::kSampler, "eval_indices",
+                  Tensor(DType::kInt64, {static_cast<int64_t>(eval.size())}, std::vector<double>(eval.begin(), eval.end())));
+      schedule.Step();
+    }
+    if (opts.on_step) opts.on_step(p.step + 1, static_cast<int64_t>(plan.size()));
   }
   return Status::Ok();
 }
@@ -66,7 +93,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
 Status RunRank(const Scenario& s, int rank, Replica* replica, Communicator* comm, const RankRunOptions& opts) {
   SetThreadRank(rank, s.world);
   StepRecorder rec(opts.trace, replica, rank);
-  Status st = RunSteps(s, rank, replica, comm, &rec);
+  Status st = RunSteps(s, rank, replica, comm, &rec, opts);
   if (!st.ok()) {
     const char* kind = st.code() == Code::kTimeout ? "timeout" : st.code() == Code::kMismatch ? "ddp_error" : "error";
     rec.Event(kind, st.message());

@@ -4,6 +4,8 @@
 // Every checkpoint of ARCHITECTURE.md is recorded into the trace when one is given.
 #pragma once
 
+#include <functional>
+
 #include "core/communicator.h"
 #include "core/replica.h"
 #include "core/scenario.h"
@@ -14,6 +16,7 @@ namespace ddpcheck::core {
 
 struct RankRunOptions {
   Trace* trace = nullptr;  // nullptr: record nothing (benchmarks)
+  std::function<void(int64_t step, int64_t steps)> on_step;  // after each optimizer step (progress); may be empty
 };
 
 // Runs the scenario's training on one rank. The scenario's data must be materialised (data.x/y filled, see

@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <random>
+#include <type_traits>
 
 #include "core/check.h"
+#include "reference/autocast.h"
 #include "reference/param.h"
 
 namespace ddpcheck::ref {
@@ -52,6 +54,10 @@ class Tanh : public NoState<T> {
   Matrix<T> Backward(const Matrix<T>& dy, const SlotReadyFn&) {
     DDPCHECK_CHECK(dy.rows() == y_.rows() && dy.cols() == y_.cols(), "Tanh::Backward shape");
     return (dy.array() * (T(1) - y_.array() * y_.array())).matrix();
+  }
+  // Autocast: the output (and what Backward uses) rounded to `low`, as tanh on a low tensor returns it.
+  void RoundSavedOutput(core::DType low) {
+    if constexpr (std::is_same_v<T, float>) RoundInPlace(&y_, low);
   }
 
  private:

@@ -12,8 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 
 #include "core/check.h"
+#include "reference/autocast.h"
 #include "reference/param.h"
 
 namespace ddpcheck::ref {
@@ -43,9 +46,22 @@ class Linear {
   static const char* buffer_name(int) { return ""; }
   void SetTraining(bool) {}
 
+  // Autocast (float only; nullopt: off). With a low dtype (kFloat16 / kBFloat16) Forward casts x, W and b
+  // to it, computes x W^T + b with float32 accumulation and rounds y to it; Backward rounds dy to it, and dx,
+  // dW, db are float32-accumulated products of low-valued operands rounded once to it. The parameters and
+  // their grads stay float (grads hold low-rounded values, as the cast's backward returns them).
+  void SetAutocast(std::optional<core::DType> low) {
+    DDPCHECK_CHECK((!low || std::is_same_v<T, float>), "autocast needs float32 master weights");
+    autocast_ = low;
+  }
+  std::optional<core::DType> autocast() const { return autocast_; }
+
   // x: (B, in) -> (B, out).
   Matrix<T> Forward(const Matrix<T>& x) {
     DDPCHECK_CHECK_EQ(x.cols(), in_, "Linear input width");
+    if constexpr (std::is_same_v<T, float>) {
+      if (autocast_) return AutocastForward(x, *autocast_);
+    }
     x_ = x;
     Matrix<T> y = x * weight_.Value(out_, in_).transpose();
     if (has_bias_) y.rowwise() += bias_.ValueRow();
@@ -57,6 +73,9 @@ class Linear {
   Matrix<T> Backward(const Matrix<T>& dy, const SlotReadyFn& ready) {
     DDPCHECK_CHECK_EQ(dy.rows(), x_.rows(), "Linear::Backward without a matching Forward");
     DDPCHECK_CHECK_EQ(dy.cols(), out_);
+    if constexpr (std::is_same_v<T, float>) {
+      if (autocast_) return AutocastBackward(dy, ready, *autocast_);
+    }
     if (has_bias_) {
       bias_.Accumulate(dy.colwise().sum());
       if (ready) ready(1);
@@ -67,6 +86,27 @@ class Linear {
   }
 
  private:
+  // x_ keeps the low-valued input (the cast autograd saves); W's cast is recomputed (torch caches it).
+  Matrix<T> AutocastForward(const Matrix<T>& x, core::DType low) {
+    x_ = RoundToLow(x, low);
+    const Matrix<T> w = RoundToLow(weight_.Value(out_, in_), low);
+    Matrix<T> y = x_ * w.transpose();
+    if (has_bias_) y.rowwise() += RoundToLow(bias_.ValueRow(), low).row(0);
+    RoundInPlace(&y, low);
+    return y;
+  }
+  Matrix<T> AutocastBackward(const Matrix<T>& dy_in, const SlotReadyFn& ready, core::DType low) {
+    const Matrix<T> dy = RoundToLow(dy_in, low);
+    if (has_bias_) {
+      bias_.Accumulate(RoundToLow(dy.colwise().sum(), low));
+      if (ready) ready(1);
+    }
+    weight_.Accumulate(RoundToLow(dy.transpose() * x_, low));
+    if (ready) ready(0);
+    return RoundToLow(dy * RoundToLow(weight_.Value(out_, in_), low), low);
+  }
+
+  std::optional<core::DType> autocast_;
   int64_t in_ = 0, out_ = 0;
   bool has_bias_ = true;
   Param<T> weight_, bias_;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -75,8 +76,17 @@ class Model {
   bool training() const { return training_; }
   // The rank this replica plays: layers unused on it (LayerBypassedOnRank) become identity bypasses.
   void SetRank(int rank);
+  // The micro-step of the current no_sync window: layers with only_micro_step >= 0 run only in that one.
+  void SetMicroStep(int64_t micro_step);
   int rank() const { return rank_; }
   bool layer_bypassed(int layer) const { return bypassed_.at(static_cast<size_t>(layer)); }
+  // torch.autocast(dtype=low) on CUDA around forward and loss (SEMANTICS.md 5.2); float only, nullopt: off.
+  // Linear runs in `low` (reference/linear.h); ReLU, Tanh, Dropout and BatchNorm1d keep their input's
+  // dtype (BatchNorm computing in float32 internally, as torch's mixed-precision kernels do), so their output
+  // is rounded to `low` when their input was low; MSE and cross-entropy run in float32 on the low-valued
+  // output. Backward mirrors it: the gradient of every low-valued activation is rounded to `low`.
+  void SetAutocast(std::optional<core::DType> low);
+  std::optional<core::DType> autocast() const { return autocast_; }
   // Reseeds the generator all Dropout masks are drawn from (one draw per element, layer by layer).
   void SetDropoutSeed(uint64_t seed) { dropout_rng_.seed(seed); }
 
@@ -144,6 +154,7 @@ class Model {
   std::vector<core::LayerSpec> specs_;
   std::vector<Layer> layers_;
   std::vector<bool> bypassed_;
+  int64_t micro_step_ = 0;
   std::vector<int> param_base_;  // per layer: index of its first parameter
   std::vector<Slot> param_slots_, buffer_slots_;
   std::vector<core::ParamInfo> param_infos_, buffer_infos_;
@@ -154,8 +165,12 @@ class Model {
   bool training_ = true;
   int rank_ = 0;
   std::mt19937_64 dropout_rng_{0};
+  void RoundToAutocast(Matrix<T>* m) const;  // rounds to *autocast_ (float only)
+  std::optional<core::DType> autocast_;
   bool has_forward_ = false;
   std::vector<Matrix<T>> inputs_;  // per layer, from the last Forward
+  std::vector<bool> input_low_;    // per layer: its input held low-precision values (autocast)
+  bool output_low_ = false;        // the model's output held low-precision values
   Matrix<T> input_grad_;
 };
 

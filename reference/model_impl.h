@@ -68,8 +68,35 @@ void Model<T>::SetTraining(bool training) {
 template <class T>
 void Model<T>::SetRank(int rank) {
   rank_ = rank;
+  SetMicroStep(0);
+}
+
+template <class T>
+void Model<T>::SetMicroStep(int64_t micro_step) {
+  micro_step_ = micro_step;
   bypassed_.assign(specs_.size(), false);
-  for (size_t i = 0; i < specs_.size(); ++i) bypassed_[i] = LayerBypassedOnRank(specs_[i], rank);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    bypassed_[i] = LayerBypassedOnRank(specs_[i], rank_) ||
+                   (specs_[i].only_micro_step >= 0 && specs_[i].only_micro_step != micro_step_);
+  }
+}
+
+template <class T>
+void Model<T>::SetAutocast(std::optional<core::DType> low) {
+  DDPCHECK_CHECK((!low || std::is_same_v<T, float>), "autocast needs float32 master weights (precision fp32)");
+  DDPCHECK_CHECK(!low || *low == core::DType::kFloat16 || *low == core::DType::kBFloat16, "autocast dtype ",
+                 core::DTypeName(*low));
+  autocast_ = low;
+  for (Layer& l : layers_) {
+    if (auto* lin = std::get_if<Linear<T>>(&l)) lin->SetAutocast(low);
+  }
+}
+
+template <class T>
+void Model<T>::RoundToAutocast(Matrix<T>* m) const {
+  if constexpr (std::is_same_v<T, float>) {
+    if (autocast_) RoundInPlace(m, *autocast_);
+  }
 }
 
 template <class T>
@@ -157,9 +184,12 @@ T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
   const core::Status st = CheckInputs(x, y);
   DDPCHECK_CHECK(st.ok(), st.ToString());
   inputs_.resize(layers_.size());
+  input_low_.assign(layers_.size(), false);
+  bool low = false;  // h holds autocast-dtype values
   Matrix<T> h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     inputs_[i] = h;
+    input_low_[i] = low;
     if (bypassed_[i]) continue;
     h = std::visit(
         [&](auto& l) -> Matrix<T> {
@@ -170,7 +200,15 @@ T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
           }
         },
         layers_[i]);
+    if (!autocast_) continue;
+    if (std::holds_alternative<Linear<T>>(layers_[i])) {
+      low = true;
+    } else if (low) {
+      RoundToAutocast(&h);
+      if (auto* t = std::get_if<Tanh<T>>(&layers_[i])) t->RoundSavedOutput(*autocast_);
+    }
   }
+  output_low_ = low;
   has_forward_ = true;
   if (loss_ == "mse") {
     Matrix<T> target(h.rows(), h.cols());
@@ -186,12 +224,14 @@ template <class T>
 void Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready) {
   DDPCHECK_CHECK(has_forward_, "Model::Backward before any Forward");
   Matrix<T> d = loss_ == "mse" ? mse_.Backward(loss_scale) : cross_entropy_.Backward(loss_scale);
+  if (output_low_) RoundToAutocast(&d);  // the backward of the loss's cast to float32
   for (size_t i = layers_.size(); i-- > 0;) {
     if (bypassed_[i]) continue;
     const int base = param_base_[i];
     SlotReadyFn ready;
     if (on_ready) ready = [&](int slot) { on_ready(base + slot); };
     d = std::visit([&](auto& l) -> Matrix<T> { return l.Backward(d, ready); }, layers_[i]);
+    if (input_low_[i] && !std::holds_alternative<Linear<T>>(layers_[i])) RoundToAutocast(&d);
   }
   input_grad_ = std::move(d);
 }

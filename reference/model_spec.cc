@@ -39,7 +39,7 @@ core::Status CheckLayer(size_t i, const core::LayerSpec& l, int64_t* width) {
   } else if (l.type != "relu" && l.type != "tanh") {
     return LayerError(i, l, "unknown layer type; expected linear, relu, tanh, batchnorm1d or dropout");
   }
-  if (l.unused || !l.unused_on_ranks.empty()) {
+  if (l.unused || !l.unused_on_ranks.empty() || l.only_micro_step >= 0) {
     if (l.type == "linear" && l.in_features != l.out_features) {
       return LayerError(i, l, fmt::format("marked unused, so it is bypassed as an identity, which needs "
                                           "in_features == out_features, got {} and {}",

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
+#include "core/amp.h"
 #include "core/scenario.h"
 #include "core/status.h"
 #include "reference/model.h"
@@ -15,6 +17,7 @@ namespace ddpcheck::ref {
 inline uint64_t DropoutSeed(int rank) { return 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1); }
 
 // init.kind "seed": seeds[rank] (or the last seed when fewer are given); "npy"/"inline": init.values.
+// With amp.enabled the model runs under autocast to amp.dtype (float models only: precision must be fp32).
 template <typename T>
 core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) {
   DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model));
@@ -24,6 +27,12 @@ core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) 
     model->InitFromSeed(seed, s.init.exact);
   } else {
     DDPCHECK_RETURN_IF_ERROR(model->LoadValues(s.init.values));
+  }
+  if (s.amp.enabled) {
+    if (!std::is_same_v<T, float>) {
+      return core::Status::Invalid("/amp/enabled: AMP keeps fp32 master weights and needs \"precision\": \"fp32\"");
+    }
+    model->SetAutocast(core::AmpDType(s.amp));
   }
   model->SetRank(rank);
   model->SetDropoutSeed(DropoutSeed(rank));

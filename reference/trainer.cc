@@ -2,9 +2,12 @@
 
 #include <vector>
 
+#include "core/faults.h"
+#include "core/amp.h"
 #include "core/lr_scheduler.h"
 #include "core/optimizer.h"
 #include "core/plan.h"
+#include "reference/grad_ops.h"
 #include "reference/rank_model.h"
 
 namespace ddpcheck::ref {
@@ -50,19 +53,32 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
   Model<T> master;
   DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, 0, &master));
   std::vector<Model<T>> workers(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, r, &workers[static_cast<size_t>(r)]));
+  for (int r = 0; r < world; ++r) {
+    // The user's model as each rank runs it (a branch not taken on some rank is the model's control flow;
+    // the oracle handles it as DDP with find_unused_parameters=True would).
+    core::Scenario rank_scenario;
+    DDPCHECK_RETURN_IF_ERROR(core::ModelScenarioForRank(s, r, &rank_scenario));
+    DDPCHECK_RETURN_IF_ERROR(BuildRankModel(rank_scenario, r, &workers[static_cast<size_t>(r)]));
+  }
   RecordParams(master, 0, Checkpoint::kInit, trace);
   RecordBuffers(master, 0, Checkpoint::kInit, core::kAllRanks, trace);
 
   std::vector<std::vector<core::StepPlan>> plans(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    DDPCHECK_RETURN_IF_ERROR(core::PlanRank(s, r, core::DefaultPlanOptions(s), &plans[static_cast<size_t>(r)]));
+    DDPCHECK_RETURN_IF_ERROR(core::PlanRank(s, r, core::SetupPlanOptions(s, r), &plans[static_cast<size_t>(r)]));
   }
   const int np = master.num_params();
   std::vector<core::ParamState<T>> state(static_cast<size_t>(np));
   std::vector<bool> aliased(static_cast<size_t>(np), false);
   core::LrSchedule schedule(s.optimizer.lr, s.schedulers);
   const T inv_world = static_cast<T>(1.0 / world);
+  core::GradScaler scaler;
+  if (s.amp.enabled) DDPCHECK_RETURN_IF_ERROR(core::MakeGradScaler(s.amp, 1.0, &scaler));
+  const core::AmpGradOps amp_ops{[&](float inv) { return UnscaleGrads(&master, inv); },
+                                 [&] { return GradNorm(master); }, [&](double f) { ScaleGrads(&master, f); }};
+  // uneven-shard-mean: the oracle is the global-batch mean (each rank weighted by its sample count), which
+  // DDP's mean of per-rank means equals only when every rank's batch has the same size.
+  const bool global_mean = core::ScenarioHasFault(s, "uneven-shard-mean");
 
   for (size_t step_i = 0; step_i < plans[0].size(); ++step_i) {
     const int64_t step = plans[0][step_i].step;
@@ -71,6 +87,10 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
     std::vector<bool> used_any(static_cast<size_t>(np), false);
     for (int p = 0; p < np; ++p) sum[static_cast<size_t>(p)].assign(static_cast<size_t>(master.param_info(p).numel()), T(0));
 
+    double total_rows = 0;
+    for (int r = 0; r < world; ++r) {
+      for (const auto& mb : plans[static_cast<size_t>(r)][step_i].micro_batches) total_rows += static_cast<double>(mb.size());
+    }
     for (int r = 0; r < world; ++r) {
       Model<T>& w = workers[static_cast<size_t>(r)];
       const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
@@ -86,13 +106,15 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
       const size_t k = plan.micro_batches.size();
       for (size_t m = 0; m < k; ++m) {
         const core::Batch b = core::MakeBatch(s.data.x, s.data.y, plan.micro_batches[m]);
+        w.SetMicroStep(static_cast<int64_t>(m));
         Matrix<T> x(b.x.shape[0], b.x.shape[1]);
         for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(b.x.data[static_cast<size_t>(i)]);
         DDPCHECK_RETURN_IF_ERROR(w.CheckInputs(x, b.y).Prefixed("reference, rank " + std::to_string(r)));
         const T loss = w.Forward(x, b.y);
         trace->Add({step, Checkpoint::kLoss, k == 1 ? "loss" : "loss." + std::to_string(m), r},
                    Tensor::Scalar(static_cast<double>(loss), s.precision));
-        w.Backward(T(1), [&](int p) { used[static_cast<size_t>(p)] = true; });
+        const T loss_scale = s.amp.enabled ? static_cast<T>(scaler.scale()) : T(1);
+        w.Backward(loss_scale, [&](int p) { used[static_cast<size_t>(p)] = true; });
       }
       for (int p = 0; p < np; ++p) {
         const auto pi = static_cast<size_t>(p);
@@ -101,7 +123,8 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
         const T* g = w.grad_data(p);
         trace->Add({step, Checkpoint::kLocalGrad, w.param_info(p).name, r}, ToTensor(g, w.param_info(p), core::DTypeOf<T>()));
         for (size_t e = 0; e < sum[pi].size(); ++e) {
-          sum[pi][e] += aliased[pi] ? g[e] / static_cast<T>(world) : g[e] * inv_world;
+          sum[pi][e] += global_mean ? g[e] * static_cast<T>(static_cast<double>(rows.size()) / total_rows)
+                        : aliased[pi] ? g[e] / static_cast<T>(world) : g[e] * inv_world;
         }
       }
       RecordBuffers(w, step, Checkpoint::kBuffers, r, trace);
@@ -119,15 +142,38 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
       trace->Add({step, Checkpoint::kReduced, master.param_info(p).name, core::kAllRanks},
                  ToTensor(master.grad_data(p), master.param_info(p), core::DTypeOf<T>()));
     }
+    bool found_inf = false;
+    if (s.amp.enabled) {
+      const core::AmpStepOptions o{s.amp.clip_grad_norm, /*clip_before_unscale=*/false, core::DTypeOf<T>()};
+      DDPCHECK_RETURN_IF_ERROR(core::AmpUnscaleAndClip(o, amp_ops, &scaler, &found_inf));
+      for (int p = 0; p < np; ++p) {
+        if (!master.grad_defined(p)) continue;
+        trace->Add({step, Checkpoint::kUnscaled, master.param_info(p).name, core::kAllRanks},
+                   ToTensor(master.grad_data(p), master.param_info(p), core::DTypeOf<T>()));
+      }
+    }
     const double lr = schedule.lr();
     trace->Add({step, Checkpoint::kLr, "lr", core::kAllRanks}, Tensor::Scalar(lr));
-    for (int p = 0; p < np; ++p) {
+    for (int p = 0; p < np && !found_inf; ++p) {
       if (!master.grad_defined(p)) continue;
       core::OptimizerStep<T>(s.optimizer, lr, master.param_data(p), master.grad_data(p), master.param_info(p).numel(),
                              &state[static_cast<size_t>(p)]);
     }
+    if (s.amp.enabled) {
+      DDPCHECK_RETURN_IF_ERROR(scaler.UpdateAfterStep());
+      for (auto& [name, t] : core::ScalerRecord(scaler, found_inf, found_inf)) {
+        trace->Add({step, Checkpoint::kScaler, name, core::kAllRanks}, t);
+      }
+    }
     RecordParams(master, step, Checkpoint::kParams, trace);
-    if (plans[0][step_i].last_in_epoch) schedule.Step();
+    if (plans[0][step_i].last_in_epoch) {
+      for (int r = 0; r < world; ++r) {
+        const std::vector<int64_t> eval = core::EvalIndices(s, r, /*count_padding=*/false);
+        trace->Add({step, Checkpoint::kSampler, "eval_indices", r},
+                   Tensor(core::DType::kInt64, {static_cast<int64_t>(eval.size())}, std::vector<double>(eval.begin(), eval.end())));
+      }
+      schedule.Step();
+    }
   }
   return core::Status::Ok();
 }

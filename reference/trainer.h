@@ -4,7 +4,9 @@
 // BatchNorm statistics; the gradient is DDP's: sum over ranks, in rank order, of each rank's local gradient
 // times fl(1/W) (true division by W once gradients alias their buckets under gradient_as_bucket_view);
 // parameters no rank used keep their gradient, locally unused ones contribute zeros. Then the optimizer and,
-// at the end of each epoch, the schedulers. Records the same checkpoints as a world (kAllRanks for shared
+// at the end of each epoch, the schedulers. With AMP (scenario.amp) every rank's copy runs under autocast, its
+// backward starts from the GradScaler's scale, and the summed grads go through the same unscale_/clip/skip/
+// update as core/amp.h (kUnscaled and kScaler recorded for kAllRanks). Records the same checkpoints as a world (kAllRanks for shared
 // values), so traces line up.
 #pragma once
 

@@ -59,10 +59,17 @@ core::Status RunCheck(core::Scenario s, const CheckOptions& opts, core::RunRepor
   report->result = CompareRun(got, ref, policy);
   report->events = got.events();
   core::FillSeries(got, report);
+  core::FillDivergenceMap(got, ref, policy, report);
   report->diagnosis = core::Diagnose(s, got, ref, report->result);
   if (!report->diagnosis.has_value() && !s.faults.empty() && report->result.pass) {
     // An injected fault that left no trace is itself a finding: the harness must never miss one silently.
-    report->result.pass = false;
+    core::Mismatch m;
+    m.key = {0, core::Checkpoint::kInit, s.faults.front().name, core::kAllRanks};
+    m.kind = "undetected";
+    m.against = "reference";
+    m.message = "fault " + s.faults.front().name + " was injected but no checkpoint diverged: the scenario does not "
+                "exercise it (see scenarios/faults/ for one that does)";
+    report->result.Add(m);
   }
   if (backend_trace) *backend_trace = std::move(got);
   if (reference_trace) *reference_trace = std::move(ref);

@@ -1,4 +1,4 @@
-// GlooCommunicator: core::Communicator over real Gloo, TCP on 127.0.0.1, one per rank.
+// GlooCommunicator: core::Communicator over real Gloo, TCP on 127.0.0.1 (or a chosen address), one per rank.
 //
 // Rendezvous goes through a gloo::rendezvous::Store: one shared sim::MemoryStore (or gloo HashStore) for
 // ranks as threads, a FileStore(dir) per process for ranks as processes. All keys live under "<run_id>/",
@@ -36,9 +36,11 @@ class GlooCommunicator final : public core::Communicator {
   // with the same store contents, run_id and world. Fails with Timeout naming the ranks that never joined
   // when they have not all joined within `timeout` (the mesh connection is bounded by gloo's connect
   // timeout too), Invalid for bad arguments or a run_id already used on this store, Internal for other
-  // Gloo errors. Ranks in one process share one TCP device (one event-loop thread).
+  // Gloo errors. Ranks in one process share one TCP device (one event-loop thread) per `hostname`: the
+  // address the device binds and advertises to peers; "" means $DDPCHECK_GLOO_HOST, else 127.0.0.1.
   static core::Status Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
-                             int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out);
+                             int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out,
+                             const std::string& hostname = "");
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

@@ -1,4 +1,7 @@
 // GlooCommunicator::Create: join the run through the store, then connect gloo's full mesh.
+#include <csignal>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -18,18 +21,24 @@ using core::Status;
 
 namespace {
 
-// One TCP device (one epoll thread) on 127.0.0.1 shared by every rank of this process; gloo devices may
+// One TCP device (one epoll thread) per hostname shared by every rank of this process; gloo devices may
 // serve many contexts. Kept while some communicator holds it.
-std::shared_ptr<gloo::transport::Device> LoopbackDevice() {
+std::shared_ptr<gloo::transport::Device> TcpDevice(const std::string& hostname) {
   static std::mutex mu;
-  static std::weak_ptr<gloo::transport::Device> cached;
+  static std::map<std::string, std::weak_ptr<gloo::transport::Device>> cached;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto device = cached.lock()) return device;
+  if (auto device = cached[hostname].lock()) return device;
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  attr.hostname = hostname;
   auto device = gloo::transport::tcp::CreateDevice(attr);
-  cached = device;
+  cached[hostname] = device;
   return device;
+}
+
+std::string GlooHost(const std::string& hostname) {
+  if (!hostname.empty()) return hostname;
+  const char* env = std::getenv("DDPCHECK_GLOO_HOST");
+  return env && *env ? env : "127.0.0.1";
 }
 
 std::string JoinedKey(const std::string& run_id, int rank) { return run_id + "/joined/" + std::to_string(rank); }
@@ -37,7 +46,15 @@ std::string JoinedKey(const std::string& run_id, int rank) { return run_id + "/j
 }  // namespace
 
 Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
-                                int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out) {
+                                int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out,
+                                const std::string& hostname) {
+  // A peer that dies closes its sockets; gloo's next write must fail with EPIPE (reported as a status naming
+  // the rank), not kill this process with SIGPIPE.
+  static const bool kSigpipeIgnored = [] {
+    std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)kSigpipeIgnored;
   const std::string where = "gloo rendezvous of run '" + run_id + "' on rank " + std::to_string(rank) + " of " +
                             std::to_string(world);
   if (!store) return Status::Invalid(where + ": no store");
@@ -80,7 +97,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
     context->setTimeout(timeout);
     gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", *store);
-    auto device = LoopbackDevice();
+    auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
     out->reset(new GlooCommunicator(store, recorder, context, rank, world, timeout));
   } catch (const std::exception& e) {

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/faults.h"
+#include "reference/grad_ops.h"
 #include "reference/rank_model.h"
 
 namespace ddpcheck::sim {
@@ -24,6 +26,7 @@ template <typename T>
 core::Status CpuReplica<T>::Forward(const core::Batch& batch, double* loss) {
   ref::Matrix<T> x(batch.x.shape[0], batch.x.shape.size() > 1 ? batch.x.shape[1] : 1);
   for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(batch.x.data[static_cast<size_t>(i)]);
+  model_.SetMicroStep(batch.micro_step);
   DDPCHECK_RETURN_IF_ERROR(model_.CheckInputs(x, batch.y));
   *loss = static_cast<double>(model_.Forward(x, batch.y));
   return core::Status::Ok();
@@ -99,42 +102,17 @@ core::Status CpuReplica<T>::OptimizerStep(double lr) {
 
 template <typename T>
 bool CpuReplica<T>::UnscaleGrads(float inv_scale) {
-  bool found_inf = false;
-  for (int i = 0; i < model_.num_params(); ++i) {
-    if (!model_.grad_defined(i)) continue;
-    T* g = model_.grad_data(i);
-    for (int64_t k = 0; k < model_.param_info(i).numel(); ++k) {
-      // torch's _amp_foreach_non_finite_check_and_unscale_: check in opmath (fp32 for fp32), then multiply.
-      if (!std::isfinite(static_cast<double>(g[k]))) found_inf = true;
-      if (inv_scale != 1.0f) g[k] = static_cast<T>(static_cast<T>(g[k]) * static_cast<T>(inv_scale));
-    }
-  }
-  return found_inf;
+  return ref::UnscaleGrads(&model_, inv_scale);
 }
 
 template <typename T>
 double CpuReplica<T>::GradNorm() {
-  // torch.nn.utils.clip_grad_norm_: norm of the per-parameter norms, in the grads' dtype.
-  T total = 0;
-  for (int i = 0; i < model_.num_params(); ++i) {
-    if (!model_.grad_defined(i)) continue;
-    const T* g = model_.grad_data(i);
-    T sq = 0;
-    for (int64_t k = 0; k < model_.param_info(i).numel(); ++k) sq += g[k] * g[k];
-    const T norm = std::sqrt(sq);
-    total += norm * norm;
-  }
-  return static_cast<double>(std::sqrt(total));
+  return ref::GradNorm(model_);
 }
 
 template <typename T>
 void CpuReplica<T>::ScaleGrads(double factor) {
-  const T f = static_cast<T>(factor);
-  for (int i = 0; i < model_.num_params(); ++i) {
-    if (!model_.grad_defined(i)) continue;
-    T* g = model_.grad_data(i);
-    for (int64_t k = 0; k < model_.param_info(i).numel(); ++k) g[k] *= f;
-  }
+  ref::ScaleGrads(&model_, factor);
 }
 
 template <typename T>
@@ -154,14 +132,19 @@ std::vector<std::pair<std::string, core::Tensor>> CpuReplica<T>::OptimizerState(
   return out;
 }
 
-core::Status MakeCpuReplica(const core::Scenario& s, int rank, std::unique_ptr<core::Replica>* out) {
+core::Status MakeCpuReplica(const core::Scenario& scenario, int rank, std::unique_ptr<core::Replica>* out) {
+  core::Scenario s;
+  DDPCHECK_RETURN_IF_ERROR(core::ScenarioForRank(scenario, rank, &s));
+  const int dropout_rank = core::SameDropoutSeed(s) ? 0 : rank;
   if (s.precision == core::DType::kFloat32) {
     ref::Model<float> m;
     DDPCHECK_RETURN_IF_ERROR(ref::BuildRankModel(s, rank, &m));
+    m.SetDropoutSeed(ref::DropoutSeed(dropout_rank));
     *out = std::make_unique<CpuReplica<float>>(std::move(m), s.optimizer);
   } else {
     ref::Model<double> m;
     DDPCHECK_RETURN_IF_ERROR(ref::BuildRankModel(s, rank, &m));
+    m.SetDropoutSeed(ref::DropoutSeed(dropout_rank));
     *out = std::make_unique<CpuReplica<double>>(std::move(m), s.optimizer);
   }
   return core::Status::Ok();

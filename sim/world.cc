@@ -1,10 +1,11 @@
 #include "sim/world.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
-
-#include <gloo/rendezvous/file_store.h>
 
 #include "core/check.h"
 #include "core/train_loop.h"
@@ -19,14 +20,15 @@ namespace {
 
 // Runs one rank to the end, turning exceptions into statuses so a rank thread never takes the process down.
 core::Status GuardedRank(const core::Scenario& s, int rank, core::Replica* replica, core::Communicator* comm,
-                         core::Trace* trace) {
+                         core::Trace* trace, std::function<void(int64_t, int64_t)> on_step = nullptr) {
   try {
     core::RankRunOptions opts;
     opts.trace = trace;
+    opts.on_step = std::move(on_step);
     return core::RunRank(s, rank, replica, comm, opts);
   } catch (const std::exception& e) {
     core::Status st = core::Status::Internal(std::string("rank ") + std::to_string(rank) + ": " + e.what());
-    if (trace) trace->AddEvent({0, rank, "error", st.message()});
+    if (trace) trace->AddEvent({0, rank, core::Checkpoint::kInit, "error", st.message()});
     return st;
   }
 }
@@ -42,9 +44,27 @@ bool IsFinding(const core::Status& st) {
   return st.code() == core::Code::kTimeout || st.code() == core::Code::kMismatch;
 }
 
+// DDPCHECK_TEST_DIE_AT_STEP / DDPCHECK_TEST_DIE_RANK (see RunSimRank): empty unless both select this rank.
+std::function<void(int64_t, int64_t)> TestDieHook(int rank) {
+  const char* at = std::getenv("DDPCHECK_TEST_DIE_AT_STEP");
+  if (!at || !*at) return {};
+  const char* who = std::getenv("DDPCHECK_TEST_DIE_RANK");
+  if ((who && *who ? std::atoi(who) : 1) != rank) return {};
+  const int64_t die_step = std::atoll(at);
+  return [rank, die_step](int64_t step, int64_t) {
+    if (step < die_step) return;
+    std::fprintf(stderr, "ddpcheck: rank %d: DDPCHECK_TEST_DIE_AT_STEP=%lld: exiting now\n", rank,
+                 static_cast<long long>(die_step));
+    std::fflush(stderr);
+    std::_Exit(86);
+  };
+}
+
 }  // namespace
 
-core::Status RunSim(const core::Scenario& s, const SimOptions& opts, core::Trace* out, core::Status* finding) {
+core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Trace* out, core::Status* finding) {
+  SimOptions opts = options;
+  if (opts.timeout.count() <= 0) opts.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
   const int world = s.world;
   FillMeta(s, opts, out);
   core::Trace* trace = opts.record ? out : nullptr;
@@ -64,7 +84,8 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& opts, core::Trace
         LocalCommunicator comm(local, r);
         comm.SetTimeout(opts.timeout);
         comm.SetVerifyFingerprints(opts.verify_fingerprints);
-        results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), &comm, trace);
+        results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), &comm, trace,
+                                                    r == 0 ? opts.progress : nullptr);
       });
     }
   } else if (opts.comm == "gloo") {
@@ -73,12 +94,13 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& opts, core::Trace
         std::unique_ptr<GlooCommunicator> comm;
         core::Status st = GlooCommunicator::Create(store, opts.run_id, r, world, opts.timeout, &comm);
         if (!st.ok()) {
-          if (trace) trace->AddEvent({0, r, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
+          if (trace) trace->AddEvent({0, r, core::Checkpoint::kInit, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
           results[static_cast<size_t>(r)] = st;
           return;
         }
         comm->SetVerifyFingerprints(opts.verify_fingerprints);
-        results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace);
+        results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace,
+                                                    r == 0 ? opts.progress : nullptr);
       });
     }
   } else {
@@ -93,21 +115,32 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& opts, core::Trace
   return core::Status::Ok();
 }
 
-core::Status RunSimRank(const core::Scenario& s, const SimOptions& opts, int rank, const std::string& store_dir,
-                        core::Trace* out) {
+core::Status RunSimRank(const core::Scenario& s, const SimOptions& options, int rank,
+                        std::shared_ptr<gloo::rendezvous::Store> store, core::Trace* out, core::Status* finding) {
+  SimOptions opts = options;
+  if (opts.timeout.count() <= 0) opts.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
   FillMeta(s, opts, out);
+  if (opts.comm != "gloo") return core::Status::Invalid("ranks as processes need --comm gloo, got '" + opts.comm + "'");
   std::unique_ptr<core::Replica> replica;
   DDPCHECK_RETURN_IF_ERROR(MakeCpuReplica(s, rank, &replica));
-  std::shared_ptr<gloo::rendezvous::Store> store;
-  try {
-    store = std::make_shared<gloo::rendezvous::FileStore>(store_dir);
-  } catch (const std::exception& e) {
-    return core::Status::Io(store_dir + ": cannot open the FileStore: " + e.what());
-  }
+  core::Trace* trace = opts.record ? out : nullptr;
   std::unique_ptr<GlooCommunicator> comm;
-  DDPCHECK_RETURN_IF_ERROR(GlooCommunicator::Create(store, opts.run_id, rank, s.world, opts.timeout, &comm));
-  comm->SetVerifyFingerprints(opts.verify_fingerprints);
-  return GuardedRank(s, rank, replica.get(), comm.get(), opts.record ? out : nullptr);
+  core::Status st = GlooCommunicator::Create(store, opts.run_id, rank, s.world, opts.timeout, &comm, opts.gloo_host);
+  if (st.ok()) {
+    comm->SetVerifyFingerprints(opts.verify_fingerprints);
+    auto die = TestDieHook(rank);
+    auto progress = rank == 0 ? opts.progress : nullptr;
+    st = GuardedRank(s, rank, replica.get(), comm.get(), trace, [die, progress](int64_t done, int64_t total) {
+      if (die) die(done, total);
+      if (progress) progress(done, total);
+    });
+  } else if (trace) {
+    trace->AddEvent(
+        {0, rank, core::Checkpoint::kInit, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
+  }
+  if (st.ok() || !IsFinding(st)) return st;
+  if (finding) *finding = st;
+  return core::Status::Ok();
 }
 
 }  // namespace ddpcheck::sim

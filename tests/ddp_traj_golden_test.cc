@@ -163,10 +163,22 @@ TEST_P(DdpTrajGolden, ReferenceAndSimReproduceTorchAtEveryStep) {
         }
       }
     }
+    // Reduced gradients, relative to the step's largest gradient: a bias feeding BatchNorm has a gradient that
+    // is exactly 0 in exact arithmetic, so its value (torch's and ours) is rounding noise of the sums behind it.
+    double grad_scale = 0;
+    for (size_t p = 0; p < g.names.size(); ++p) {
+      const std::string torch_name = g.j.at("param_names")[p];
+      for (double v : FromJson(step.at("grads_after_allreduce_rank0").at(torch_name), dt).data) {
+        grad_scale = std::max(grad_scale, std::abs(v));
+      }
+    }
     for (size_t p = 0; p < g.names.size(); ++p) {
       const std::string torch_name = g.j.at("param_names")[p];
       const Tensor want = FromJson(step.at("grads_after_allreduce_rank0").at(torch_name), dt);
-      EXPECT_LE(RelErr(Need(sim_trace, s, Checkpoint::kReduced, g.names[p], 0), want), g.tol) << "step " << s;
+      const Tensor& got = Need(sim_trace, s, Checkpoint::kReduced, g.names[p], 0);
+      double err = 0;
+      for (size_t i = 0; i < want.data.size(); ++i) err = std::max(err, std::abs(got.data[i] - want.data[i]));
+      EXPECT_LE(err, g.tol * grad_scale) << "step " << s << " " << g.names[p];
     }
   }
 }

@@ -1,0 +1,155 @@
+// ddpcheck_bench_sim: steady-state time of one DDP training step in the CPU world.
+//
+// Runs sim::RunSim (Gloo communicator over loopback TCP by default, fingerprints ON unless --no-fingerprints,
+// record=false) on an MLP Linear(h,h) -> ReLU -> Linear(h,h) -> ReLU -> Linear(h,h), MSE, SGD, fp32, per-rank
+// batch B, world W, for `warmup + steps` optimizer steps. Rank 0 timestamps the end of each step through
+// SimOptions::progress; step time = (end of step warmup+steps - end of step warmup) / steps, so setup (replicas,
+// rendezvous, DDP construction and its broadcasts, the bucket rebuild of the 2nd step) and thread teardown are
+// excluded. Every step ends with an all-reduce, so rank 0's clock paces the world. `reps` independent runs;
+// the median is reported.
+//
+//   ddpcheck_bench_sim --hidden 56 --world 4 --batch 32 --warmup 3 --steps 20 --reps 3
+// prints one JSON line: {"impl": "sim", "hidden": 56, "params": 9576, "world": 4, ..., "step_ms": 0.41}
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/scenario.h"
+#include "core/train_loop.h"
+#include "sim/world.h"
+
+namespace {
+
+using namespace ddpcheck;
+
+struct Args {
+  int64_t hidden = 56;
+  int world = 4;
+  int64_t batch = 32;
+  int64_t warmup = 3;
+  int64_t steps = 20;
+  int reps = 3;
+  bool fingerprints = true;
+  std::string comm = "gloo";  // "gloo" (the realistic one) | "local" (in-memory, for comparison)
+};
+
+[[noreturn]] void Usage(const char* why) {
+  std::fprintf(stderr,
+               "ddpcheck_bench_sim: %s\nusage: ddpcheck_bench_sim [--hidden H] [--world W] [--batch B] "
+               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local]\n",
+               why);
+  std::exit(2);
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--no-fingerprints") {
+      a.fingerprints = false;
+      continue;
+    }
+    if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
+    if (k == "--comm") {
+      a.comm = argv[++i];
+      continue;
+    }
+    const long long v = std::atoll(argv[++i]);
+    if (v < 1) Usage((k + " must be >= 1").c_str());
+    if (k == "--hidden") a.hidden = v;
+    else if (k == "--world") a.world = static_cast<int>(v);
+    else if (k == "--batch") a.batch = v;
+    else if (k == "--warmup") a.warmup = v;
+    else if (k == "--steps") a.steps = v;
+    else if (k == "--reps") a.reps = static_cast<int>(v);
+    else Usage(("unknown flag " + k).c_str());
+  }
+  return a;
+}
+
+core::Scenario MlpScenario(const Args& a, int64_t steps) {
+  core::Scenario s;
+  s.name = "bench-mlp";
+  s.source = "<bench>";
+  s.base_dir = ".";
+  for (int l = 0; l < 3; ++l) {
+    if (l > 0) {
+      core::LayerSpec relu;
+      relu.type = "relu";
+      s.model.push_back(relu);
+    }
+    core::LayerSpec lin;
+    lin.type = "linear";
+    lin.in_features = a.hidden;
+    lin.out_features = a.hidden;
+    s.model.push_back(lin);
+  }
+  s.loss = "mse";
+  s.world = a.world;
+  s.batch_size = a.batch;
+  s.precision = core::DType::kFloat32;
+  s.optimizer.type = "sgd";
+  s.optimizer.lr = 0.01;
+  s.epochs = 1;
+  s.steps = steps;
+  s.data.kind = "regression";
+  s.data.samples = a.batch * a.world * steps;  // one epoch holds exactly `steps` steps
+  s.data.in_features = a.hidden;
+  s.data.out_features = a.hidden;
+  return s;
+}
+
+// Steady-state seconds per step of one RunSim of `warmup + steps` steps (data materialised beforehand).
+double StepSeconds(const Args& a) {
+  const int64_t total = a.warmup + a.steps;
+  core::Scenario s = MlpScenario(a, total);
+  core::Status st = core::ValidateScenario(s);
+  if (st.ok()) st = core::MaterializeData(&s);
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench scenario: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point warm, end;
+  sim::SimOptions opts;
+  opts.comm = a.comm;
+  opts.record = false;
+  opts.verify_fingerprints = a.fingerprints;
+  opts.run_id = "bench";
+  opts.progress = [&](int64_t done, int64_t) {
+    if (done == a.warmup) warm = Clock::now();
+    if (done == total) end = Clock::now();
+  };
+  core::Trace trace;
+  core::Status finding;
+  st = sim::RunSim(s, opts, &trace, &finding);
+  if (!st.ok() || !finding.ok()) {
+    std::fprintf(stderr, "RunSim failed: %s %s\n", st.ToString().c_str(), finding.ToString().c_str());
+    std::exit(1);
+  }
+  return std::chrono::duration<double>(end - warm).count() / static_cast<double>(a.steps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = ParseArgs(argc, argv);
+  std::vector<double> per_step;
+  for (int r = 0; r < a.reps; ++r) {
+    per_step.push_back(StepSeconds(a));
+  }
+  std::sort(per_step.begin(), per_step.end());
+  const double median = per_step[per_step.size() / 2];
+  const int64_t params = 3 * (a.hidden * a.hidden + a.hidden);
+  std::printf(
+      "{\"impl\": \"sim/%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
+      "\"reps\": %d, \"fingerprints\": %s, \"step_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f}\n",
+      a.comm.c_str(), static_cast<long long>(a.hidden), static_cast<long long>(params), a.world, static_cast<long long>(a.batch),
+      static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false", median * 1e3,
+      per_step.front() * 1e3, per_step.back() * 1e3);
+  return 0;
+}

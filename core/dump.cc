@@ -1,0 +1,265 @@
+#include "core/dump.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/npy.h"
+#include "core/sampler.h"
+
+namespace ddpcheck::core {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Status ReadIndex(const std::string& path, nlohmann::json* out) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(path + ": not found");
+  try {
+    *out = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Io(path + ": not valid JSON (truncated write?): " + e.what());
+  }
+  if (out->value("format", std::string()) != "ddpcheck-torch-dump") {
+    return Status::Invalid(path + ": not a ddpcheck torch dump (\"format\" must be \"ddpcheck-torch-dump\"; "
+                                  "write it with tools/ddpcheck_torch.py)");
+  }
+  return Status::Ok();
+}
+
+// Loads the .npy files of a {name: file} object into the trace at (step, checkpoint, prefix + name, rank).
+Status LoadGroup(const TorchDumpRank& r, const nlohmann::json& files, int64_t step, Checkpoint c,
+                 const std::string& prefix, Trace* trace, std::map<std::string, Tensor>* keep = nullptr) {
+  for (const auto& [name, file] : files.items()) {
+    Tensor t;
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + file.get<std::string>(), &t));
+    if (keep) (*keep)[name] = t;
+    trace->Add({step, c, prefix + name, r.rank}, std::move(t));
+  }
+  return Status::Ok();
+}
+
+Status ToLayer(const nlohmann::json& j, size_t i, LayerSpec* l, std::string* unsupported) {
+  l->type = j.at("type").get<std::string>();
+  if (l->type == "linear") {
+    l->in_features = j.at("in");
+    l->out_features = j.at("out");
+    l->bias = j.value("bias", true);
+  } else if (l->type == "batchnorm1d") {
+    l->num_features = j.at("features");
+    l->eps = j.value("eps", 1e-5);
+    l->momentum_none = j.contains("momentum") && j.at("momentum").is_null();
+    if (!l->momentum_none) l->momentum = j.value("momentum", 0.1);
+    l->affine = j.value("affine", true);
+    l->track_running_stats = j.value("track_running_stats", true);
+  } else if (l->type == "dropout") {
+    l->p = j.value("p", 0.5);
+    if (l->p > 0) *unsupported = fmt::format("model layer {} is Dropout(p={}): torch's random masks cannot be replayed", i, l->p);
+  } else if (l->type != "relu" && l->type != "tanh") {
+    return Status::Invalid(fmt::format("/model/{}/type: unknown layer type '{}'", i, l->type));
+  }
+  return Status::Ok();
+}
+
+Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) {
+  const nlohmann::json& ix = d.ranks[0].index;
+  s->name = "torch dump " + d.dir;
+  s->source = d.dir;
+  s->world = d.world;
+  s->model.clear();
+  for (size_t i = 0; i < ix.at("model").size(); ++i) {
+    LayerSpec l;
+    DDPCHECK_RETURN_IF_ERROR(ToLayer(ix.at("model")[i], i, &l, unsupported));
+    s->model.push_back(l);
+  }
+  s->loss = ix.value("loss", std::string("mse"));
+  if (!ParseDType(ix.value("dtype", std::string("float32")), &s->precision)) {
+    return Status::Invalid("/dtype: expected float32 or float64, got " + ix.value("dtype", std::string()));
+  }
+  const auto& ddp = ix.at("ddp");
+  s->ddp.bucket_cap_mb = ddp.value("bucket_cap_mb", 25.0);
+  s->ddp.broadcast_buffers = ddp.value("broadcast_buffers", true);
+  s->ddp.find_unused_parameters = ddp.value("find_unused_parameters", false);
+  s->ddp.gradient_as_bucket_view = ddp.value("gradient_as_bucket_view", false);
+  const auto& opt = ix.at("optimizer");
+  s->optimizer.type = opt.at("type");
+  s->optimizer.lr = opt.at("lr");
+  s->optimizer.weight_decay = opt.value("weight_decay", 0.0);
+  s->optimizer.maximize = opt.value("maximize", false);
+  if (s->optimizer.type == "sgd") {
+    s->optimizer.momentum = opt.value("momentum", 0.0);
+    s->optimizer.dampening = opt.value("dampening", 0.0);
+    s->optimizer.nesterov = opt.value("nesterov", false);
+  } else {
+    s->optimizer.beta1 = opt.at("betas")[0];
+    s->optimizer.beta2 = opt.at("betas")[1];
+    s->optimizer.eps = opt.at("eps");
+  }
+  for (const auto& j : ix.value("schedulers", nlohmann::json::array())) {
+    SchedulerSpec sc;
+    sc.type = j.at("type");
+    sc.step_size = j.value("step_size", int64_t{1});
+    sc.milestones = j.value("milestones", std::vector<int64_t>{});
+    sc.gamma = j.value("gamma", 0.1);
+    sc.t_max = j.value("t_max", int64_t{1});
+    sc.eta_min = j.value("eta_min", 0.0);
+    sc.start_factor = j.value("start_factor", 1.0 / 3.0);
+    sc.end_factor = j.value("end_factor", 1.0);
+    sc.total_iters = j.value("total_iters", int64_t{5});
+    s->schedulers.push_back(sc);
+  }
+  for (const auto& st : ix.at("steps")) {
+    if (st.contains("scaler")) *unsupported = "the run used a GradScaler (AMP needs CUDA in torch 1.13)";
+  }
+  // Initial state after DDP's broadcast (rank 0's), data (merged over ranks when rebuilt from batches).
+  s->init.kind = "inline";
+  s->init.values.clear();
+  for (const auto& [key, t] : d.trace.records()) {
+    if (key.step == 0 && key.checkpoint == Checkpoint::kInit && key.rank == 0) s->init.values[key.tensor] = t;
+  }
+  s->data.kind = "inline";
+  for (const auto& r : d.ranks) {
+    if (!r.index.contains("dataset")) continue;
+    const auto& ds = r.index.at("dataset");
+    Tensor x, y;
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + ds.at("x").get<std::string>(), &x));
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + ds.at("y").get<std::string>(), &y));
+    if (s->data.x.data.empty() || ds.value("complete", false)) {
+      s->data.x = x;
+      s->data.y = y;
+      if (ds.value("complete", false)) break;
+    }
+    const int64_t xw = x.shape.size() > 1 ? x.shape[1] : 1, yw = y.shape.size() > 1 ? y.shape[1] : 1;
+    for (int64_t row : ds.value("rows_seen", std::vector<int64_t>{})) {
+      if ((row + 1) * xw > s->data.x.numel() || (row + 1) * yw > s->data.y.numel()) continue;
+      std::copy_n(x.data.begin() + row * xw, xw, s->data.x.data.begin() + row * xw);
+      std::copy_n(y.data.begin() + row * yw, yw, s->data.y.data.begin() + row * yw);
+    }
+  }
+  if (s->data.x.data.empty()) {
+    return Status::Invalid("no dataset: call rec.set_dataset(X, Y) or pass xb, yb to rec.step()");
+  }
+  s->data.samples = s->data.x.shape[0];
+  // Sampler, batches and epochs as the loop ran them.
+  const auto& sm = ix.value("sampler", nlohmann::json::object());
+  s->sampler.shuffle = sm.value("shuffle", false);
+  s->sampler.seed = sm.value("seed", uint64_t{0});
+  s->sampler.drop_last = sm.value("drop_last", false);
+  const auto calls = sm.value("set_epoch_calls", std::vector<int64_t>{});
+  s->sampler.set_epoch = !calls.empty();
+  s->batch_size = 1;  // from the first rank that completed a step (a rank that failed early recorded none)
+  for (const auto& r : d.ranks) {
+    if (r.index.contains("batch_size") && r.index.at("batch_size").is_number_integer()) {
+      s->batch_size = r.index.at("batch_size").get<int64_t>();
+      break;
+    }
+  }
+  SamplerConfig cfg;
+  cfg.n = sm.contains("len") && sm.at("len").is_number_integer() ? sm.at("len").get<int64_t>() : s->data.samples;
+  cfg.world = d.world;
+  cfg.drop_last = s->sampler.drop_last;
+  const int64_t per_epoch = std::max<int64_t>(1, (NumSamples(cfg) + s->batch_size - 1) / s->batch_size);
+  s->epochs = std::max<int64_t>(1, (d.steps + per_epoch - 1) / per_epoch);
+  s->steps = d.steps;
+  return ValidateScenario(*s);
+}
+
+Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace) {
+  r->rank = rank;
+  r->dir = dir + "/rank" + std::to_string(rank);
+  const std::string index_path = r->dir + "/index.json";
+  DDPCHECK_RETURN_IF_ERROR(ReadIndex(index_path, &r->index));
+  try {
+    const auto& ix = r->index;
+    if (ix.at("rank").get<int>() != rank) {
+      return Status::Invalid(fmt::format("{}: says rank {}, expected {}", index_path, ix.at("rank").get<int>(), rank));
+    }
+    if (ix.contains("error")) {
+      r->failed = true;
+      r->error = fmt::format("{} at step {}: {}", ix["error"].value("type", std::string("error")),
+                             ix["error"].value("step", int64_t{0}), ix["error"].value("message", std::string()));
+      TraceEvent event;
+      event.step = ix["error"].value("step", int64_t{0});
+      event.rank = rank;
+      event.kind = "ddp_error";
+      event.message = r->error;
+      trace->AddEvent(event);
+    }
+    DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, ix.at("init"), 0, Checkpoint::kInit, "", trace));
+    const auto& steps = ix.at("steps");
+    r->steps = static_cast<int64_t>(steps.size());
+    for (const auto& st : steps) {
+      const int64_t s = st.at("step");
+      Tensor idx;
+      DDPCHECK_RETURN_IF_ERROR(ReadNpy(r->dir + "/" + st.at("indices").get<std::string>(), &idx));
+      idx.dtype = DType::kInt64;
+      trace->Add({s, Checkpoint::kSampler, "indices", rank}, std::move(idx));
+      DType dt = DType::kFloat32;
+      ParseDType(ix.value("dtype", std::string("float32")), &dt);
+      if (st.contains("loss") && st.at("loss").is_number()) {
+        trace->Add({s, Checkpoint::kLoss, "loss", rank}, Tensor::Scalar(st.at("loss").get<double>(), dt));
+      }
+      trace->Add({s, Checkpoint::kLr, "lr", rank}, Tensor::Scalar(st.at("lr").get<double>()));
+      if (st.contains("forward_buffers")) {
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "", trace));
+      }
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("grads"), s, Checkpoint::kReduced, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("params"), s, Checkpoint::kParams, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
+      const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
+      for (const auto& [state, files] : optimizer_state.items()) {
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, files, s, Checkpoint::kParams, "opt." + state + ".", trace));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Invalid(index_path + ": malformed index: " + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReadTorchDump(const std::string& dir, TorchDump* out) {
+  *out = TorchDump();
+  out->dir = dir;
+  if (!fs::is_directory(dir)) return Status::NotFound(dir + ": not found (expected a folder written by DdpRecorder)");
+  TorchDumpRank r0;
+  DDPCHECK_RETURN_IF_ERROR(ReadIndex(dir + "/rank0/index.json", &r0.index));
+  out->world = r0.index.value("world_size", 0);
+  if (out->world < 1) return Status::Invalid(dir + "/rank0/index.json: /world_size: must be >= 1");
+  for (int r = 0; r < out->world; ++r) {  // every rank's index first: a missing rank is the headline
+    if (!fs::exists(dir + "/rank" + std::to_string(r) + "/index.json")) {
+      return Status::NotFound(fmt::format("{}/rank{}/index.json: not found: world_size is {} but rank {} left no "
+                                          "index (its process died before the recorder closed?)",
+                                          dir, r, out->world, r));
+    }
+  }
+  for (int r = 0; r < out->world; ++r) {
+    TorchDumpRank rank;
+    DDPCHECK_RETURN_IF_ERROR(ReadRank(dir, r, &rank, &out->trace));
+    out->steps = std::max(out->steps, rank.steps);
+    out->ranks.push_back(std::move(rank));
+  }
+  for (const auto& r : out->ranks) {
+    if (!r.failed && r.steps != out->steps) {
+      const auto& longest = *std::max_element(out->ranks.begin(), out->ranks.end(),
+                                              [](const auto& a, const auto& b) { return a.steps < b.steps; });
+      return Status::Invalid(fmt::format("{}/index.json: mismatched steps: rank {} recorded {} steps, rank {} "
+                                         "recorded {}, and neither recorded an error",
+                                         r.dir, r.rank, r.steps, longest.rank, longest.steps));
+    }
+  }
+  try {
+    Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
+    if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Invalid(dir + "/rank0/index.json: malformed index: " + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddpcheck::core

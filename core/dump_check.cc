@@ -1,0 +1,151 @@
+#include "core/dump_check.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/sampler.h"
+
+namespace ddpcheck::core {
+
+namespace {
+
+// max |a - b| / max |b| (normwise relative difference); infinity on a shape mismatch.
+double RelDiff(const Tensor& a, const Tensor& b) {
+  if (a.shape != b.shape) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.data.size(); ++i) {
+    num = std::max(num, std::abs(a.data[i] - b.data[i]));
+    den = std::max(den, std::abs(b.data[i]));
+  }
+  return den == 0 ? num : num / den;
+}
+
+const Tensor* FindAny(const Trace& t, TraceKey k) {
+  if (const Tensor* v = t.Find(k)) return v;
+  k.rank = kAllRanks;
+  return t.Find(k);
+}
+
+std::string FirstParam(const TorchDump& d) {
+  const auto& params = d.ranks[0].index.at("params");
+  return params.empty() ? std::string("?") : params[0].at("name").get<std::string>();
+}
+
+DumpFinding Finding(TraceKey key, std::string kind, std::string pattern, std::string explanation) {
+  DumpFinding f;
+  f.mismatch.key = std::move(key);
+  f.mismatch.kind = kind;
+  f.mismatch.against = "DDP semantics";
+  f.mismatch.message = explanation;
+  f.diagnosis.pattern = std::move(pattern);
+  f.diagnosis.kind = std::move(kind);
+  f.diagnosis.explanation = std::move(explanation);
+  return f;
+}
+
+std::optional<DumpFinding> BypassDdp(const TorchDump& d, const Trace* ref) {
+  if (!d.ranks[0].index.at("ddp").value("wrapped", true)) return std::nullopt;
+  std::string failed;
+  for (const auto& r : d.ranks) {
+    if (r.failed) failed += fmt::format(" Rank {} failed: {}.", r.rank, r.error);
+  }
+  const std::string p = FirstParam(d);
+  for (int64_t s = 0; s < d.steps; ++s) {
+    for (const auto& r : d.ranks) {
+      if (s >= r.steps) continue;
+      const auto& st = r.index.at("steps")[static_cast<size_t>(s)];
+      const int64_t via_ddp = st.value("ddp_forwards", int64_t{-1}), via_module = st.value("module_forwards", int64_t{-1});
+      bool bypassed = via_ddp == 0 && via_module > 0;
+      std::string evidence;
+      const Tensor* got = d.trace.Find({s, Checkpoint::kReduced, p, r.rank});
+      const Tensor* local = ref && got ? ref->Find({s, Checkpoint::kLocalGrad, p, r.rank}) : nullptr;
+      const Tensor* reduced = ref && got ? FindAny(*ref, {s, Checkpoint::kReduced, p, r.rank}) : nullptr;
+      if (local && reduced && d.world > 1) {
+        const double to_local = RelDiff(*got, *local), to_reduced = RelDiff(*got, *reduced);
+        evidence = fmt::format(" Its {} gradient differs from the replay's local gradient of rank {} by {:.2g} "
+                               "(relative) and from the all-reduced one by {:.2g}.", p, r.rank, to_local, to_reduced);
+        if (via_ddp < 0 && to_local < 1e-4 && to_reduced > 1e-3) bypassed = true;  // no forward counts recorded
+      }
+      if (!bypassed) continue;
+      return Finding({s, Checkpoint::kReduced, p, r.rank}, "rank-divergent", "bypass-ddp",
+                     fmt::format("rank {} ran its step-{} forward through ddp.module ({} call(s)) and none through "
+                                 "DDP: the reducer was not armed, so its gradients are its local ones, never "
+                                 "all-reduced.{}{}", r.rank, s, via_module, evidence, failed));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<DumpFinding> NoBufferBroadcast(const TorchDump& d) {
+  if (d.scenario.ddp.broadcast_buffers) return std::nullopt;
+  for (const auto& [key, value] : d.trace.records()) {
+    if (key.checkpoint != Checkpoint::kForwardBuffers || key.rank == 0) continue;
+    const Tensor* base = d.trace.Find({key.step, key.checkpoint, key.tensor, 0});
+    if (!base || BitwiseEqual(*base, value)) continue;
+    return Finding(key, "rank-divergent", "no-buffer-broadcast",
+                   fmt::format("DDP was built with broadcast_buffers=False: at the start of step {}'s forward, "
+                               "rank {}'s {} differs from rank 0's by {:.3g} (relative), so BatchNorm running "
+                               "statistics drift per rank.", key.step, key.rank, key.tensor, RelDiff(value, *base)));
+  }
+  return std::nullopt;
+}
+
+std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
+  const Scenario& sc = d.scenario;
+  const auto& sm = d.ranks[0].index.value("sampler", nlohmann::json::object());
+  if (!sc.sampler.shuffle || sm.empty()) return std::nullopt;
+  const auto calls = sm.value("set_epoch_calls", std::vector<int64_t>{});
+  SamplerConfig cfg;
+  cfg.n = sm.contains("len") && sm.at("len").is_number_integer() ? sm.at("len").get<int64_t>() : sc.data.samples;
+  cfg.world = d.world;
+  cfg.shuffle = true;
+  cfg.seed = sc.sampler.seed;
+  cfg.drop_last = sc.sampler.drop_last;
+  const int64_t per_epoch = std::max<int64_t>(1, (NumSamples(cfg) + sc.batch_size - 1) / sc.batch_size);
+  for (int64_t s = per_epoch; s < d.steps; ++s) {
+    const int64_t e = s / per_epoch;
+    if (std::find(calls.begin(), calls.end(), e) != calls.end()) continue;
+    for (const auto& r : d.ranks) {
+      const Tensor* got = d.trace.Find({s, Checkpoint::kSampler, "indices", r.rank});
+      if (!got) continue;
+      cfg.epoch = e;
+      std::vector<int64_t> shard;
+      if (!ShardIndices(cfg, r.rank, &shard).ok()) return std::nullopt;
+      const auto batches = Batches(shard, sc.batch_size);
+      const auto k = static_cast<size_t>(s % per_epoch);
+      if (k >= batches.size()) continue;
+      const std::vector<int64_t> want = batches[k];
+      const std::vector<int64_t> have(got->data.begin(), got->data.end());
+      if (have == want) continue;
+      const Tensor* first = d.trace.Find({static_cast<int64_t>(k), Checkpoint::kSampler, "indices", r.rank});
+      const bool repeats = first && first->data == got->data;
+      return Finding({s, Checkpoint::kSampler, "indices", r.rank}, "reference-divergent", "skip-set-epoch",
+                     fmt::format("sampler.set_epoch({}) was never called (calls recorded: {}): rank {}'s batch {} "
+                                 "of epoch {} is {}{}, DistributedSampler with set_epoch({}) gives {}.",
+                                 e, calls, r.rank, k, e, have, repeats ? ", the same as epoch 0's" : "", e, want));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference) {
+  std::optional<DumpFinding> best;
+  for (auto f : {BypassDdp(dump, reference), NoBufferBroadcast(dump), SkipSetEpoch(dump)}) {
+    if (f && (!best || f->mismatch.key < best->mismatch.key)) best = f;
+  }
+  return best;
+}
+
+TolerancePolicy DumpPolicy(const TorchDump& dump) {
+  TolerancePolicy p = PolicyFor(dump.scenario);
+  p.exact = false;
+  p.safety = 1024.0;
+  return p;
+}
+
+}  // namespace ddpcheck::core

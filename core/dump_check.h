@@ -1,0 +1,34 @@
+// Checking a TorchDump: DDP's own invariants between the dump's ranks, evidence rules for BUGS.md patterns that
+// a dump shows directly, and the dump against a replay of the same run.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/compare.h"
+#include "core/dump.h"
+#include "core/report.h"
+#include "core/trace.h"
+
+namespace ddpcheck::core {
+
+// A BUGS.md pattern found in a dump, with the first (step, checkpoint, tensor, rank) that shows it.
+struct DumpFinding {
+  Mismatch mismatch;  // key, kind, evidence
+  Diagnosis diagnosis;
+};
+
+// Evidence rules, in the order checked; each returns the earliest place it shows:
+//   bypass-ddp          a rank ran forwards through ddp.module but none through DDP in a step (the recorder's
+//                       forward counts), or its grads equal the replay's local grads of that rank;
+//   no-buffer-broadcast broadcast_buffers=False and buffers differ across ranks at a forward's start;
+//   skip-set-epoch      shuffle with set_epoch not called for epoch e >= 1, and the indices differ from
+//                       DistributedSampler's with set_epoch(e) (they repeat an earlier epoch's).
+// `reference` may be null (no replay): the local-gradient evidence is then left out.
+std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
+
+// The tolerance for the dump against the replay: PolicyFor(scenario) with a larger safety factor, because
+// torch's kernels (BLAS blocking, FMA) differ from the reference's, not only the all-reduce order.
+TolerancePolicy DumpPolicy(const TorchDump& dump);
+
+}  // namespace ddpcheck::core

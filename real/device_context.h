@@ -1,0 +1,71 @@
+// DeviceContext: one rank's GPU: its device, a compute stream (kernels, cuBLAS, copies), a communication
+// stream (collectives), the cuBLAS handle, and the bookkeeping that lets bucket all-reduces overlap the rest of
+// the backward pass as DDP's do:
+//   collective:  comm stream waits for the compute stream's work so far (the bucket was just written), the
+//                collective is enqueued on the comm stream, and its buffer is marked in flight;
+//   compute:     before a replica op reads or writes memory, the compute stream waits for the in-flight
+//                collectives whose buffers overlap it (Touch), or for all of them (TouchAll). Backward kernels
+//                touch only activations and grads, so they run while buckets are being reduced.
+// Host waits poll (HostWait), so a collective that never completes cannot hang the host once the
+// communicator's watchdog has aborted it. Not thread-safe: one rank thread (plus its watchdog, which only
+// aborts the communicator) uses it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+
+namespace ddpcheck::real {
+
+class DeviceContext {
+ public:
+  // Makes `device` current for the calling thread and creates the streams and the cuBLAS handle.
+  static core::Status Create(int device, std::unique_ptr<DeviceContext>* out);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t compute() const { return compute_; }
+  cudaStream_t comm() const { return comm_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  // cudaSetDevice(device()) for the calling thread.
+  void Activate() const;
+
+  // ---- ordering between compute and collectives ----
+  // The comm stream waits for everything enqueued on the compute stream so far.
+  void OrderCommAfterCompute();
+  // Marks [p, p + bytes) as written by the collective just enqueued on the comm stream.
+  void MarkInFlight(const void* p, int64_t bytes);
+  // The compute stream waits for the in-flight collectives overlapping [p, p + bytes).
+  void Touch(const void* p, int64_t bytes);
+  // The compute stream waits for every in-flight collective.
+  void TouchAll();
+  int64_t in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+
+  // ---- host synchronisation ----
+  // Returns once everything enqueued on `stream` so far has finished, polling (never a blocking sync).
+  void HostWait(cudaStream_t stream) const;
+  // A pinned host buffer of at least `bytes`, reused by the next call (one user at a time).
+  void* Pinned(int64_t bytes) const;
+
+ private:
+  DeviceContext() = default;
+  struct Range {
+    uintptr_t begin, end;
+    cudaEvent_t done;
+  };
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<Range> in_flight_;
+  mutable void* pinned_ = nullptr;
+  mutable int64_t pinned_bytes_ = 0;
+};
+
+}  // namespace ddpcheck::real

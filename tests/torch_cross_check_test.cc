@@ -1,0 +1,98 @@
+// Live PyTorch cross-checks (ctest label `torch`; skipped when /usr/bin/python3 cannot import torch): real gloo
+// DDP runs of tools/examples/ddp_example.py, recorded with tools/ddpcheck_torch.py, checked by
+// `ddpcheck torch-compare`. A correct run passes (its replay on the reference and sim agrees value by value);
+// each user mistake is named with its BUGS.md pattern and the first step, checkpoint, tensor and rank.
+#include <cctype>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+#include "tests/torch_test_util.h"
+
+namespace ddpcheck {
+namespace {
+
+struct Compared {
+  testing::CliResult cli;
+  nlohmann::json report;
+};
+
+Compared RunAndCompare(const testing::TempDir& tmp, const std::string& flags) {
+  const std::string dump = tmp.File("dump");
+  const int rc = testing::RunDdpExample(dump, flags);
+  EXPECT_EQ(rc, 0) << testing::ReadFile(dump + ".log");
+  Compared c;
+  c.cli = testing::RunCli("torch-compare '" + dump + "' --report-json '" + tmp.File("report.json") + "'");
+  c.report = nlohmann::json::parse(testing::ReadFile(tmp.File("report.json")), nullptr, false);
+  return c;
+}
+
+struct CleanRun {
+  std::string flags;
+};
+
+class TorchCleanRun : public ::testing::TestWithParam<CleanRun> {};
+
+TEST_P(TorchCleanRun, PassesTorchCompareWithReplayOnReferenceAndSim) {
+  DDPCHECK_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  Compared c = RunAndCompare(tmp, GetParam().flags);
+  EXPECT_EQ(c.cli.exit_code, 0) << c.cli.out << c.cli.err;
+  ASSERT_FALSE(c.report.is_discarded());
+  EXPECT_TRUE(c.report.at("torch_compare").at("replayed").get<bool>());
+  EXPECT_TRUE(c.report.at("torch_compare").at("sim_vs_reference_pass").get<bool>()) << c.cli.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RealGlooDdp, TorchCleanRun,
+    ::testing::Values(CleanRun{"--world 2 --model linear --dtype float64"}, CleanRun{"--world 3 --model mlp --dtype float32"},
+                      CleanRun{"--world 2 --model bn --dtype float32"}, CleanRun{"--world 3 --model bn --dtype float64"}),
+    [](const auto& test_info) {
+      std::string n;
+      for (char ch : test_info.param.flags) n += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return n;
+    });
+
+struct FaultRun {
+  std::string flags;
+  std::string pattern;
+  int64_t step;
+  std::string checkpoint, tensor;
+  int rank;
+};
+
+class TorchFaultRun : public ::testing::TestWithParam<FaultRun> {};
+
+TEST_P(TorchFaultRun, IsNamedWithItsBugsPatternStepTensorAndRank) {
+  DDPCHECK_REQUIRE_TORCH();
+  const FaultRun& f = GetParam();
+  testing::TempDir tmp;
+  Compared c = RunAndCompare(tmp, f.flags);
+  EXPECT_EQ(c.cli.exit_code, 1) << c.cli.out << c.cli.err;
+  ASSERT_FALSE(c.report.is_discarded()) << c.cli.out << c.cli.err;
+  const auto& finding = c.report.at("torch_compare").at("finding");
+  EXPECT_EQ(finding.at("pattern"), f.pattern) << c.cli.out;
+  EXPECT_EQ(finding.at("step").get<int64_t>(), f.step) << c.cli.out;
+  EXPECT_EQ(finding.at("checkpoint"), f.checkpoint) << c.cli.out;
+  EXPECT_EQ(finding.at("tensor"), f.tensor) << c.cli.out;
+  EXPECT_EQ(finding.at("rank").get<int>(), f.rank) << c.cli.out;
+  EXPECT_NE(c.cli.out.find(f.pattern), std::string::npos) << c.cli.out;
+}
+
+// 24 samples, W=2, batch 4: 3 steps per epoch, so epoch 1 starts at step 3.
+INSTANTIATE_TEST_SUITE_P(
+    RealGlooDdp, TorchFaultRun,
+    ::testing::Values(FaultRun{"--world 2 --model bn --no-set-epoch", "skip-set-epoch", 3, "sampler", "indices", 0},
+                      FaultRun{"--world 2 --model bn --no-broadcast-buffers", "no-buffer-broadcast", 1,
+                               "forward_buffers", "1.running_mean", 1},
+                      FaultRun{"--world 2 --model mlp --bypass-rank 1", "bypass-ddp", 0, "reduced", "0.weight", 1}),
+    [](const auto& test_info) {
+      std::string n = test_info.param.pattern;
+      for (char& ch : n) ch = ch == '-' ? '_' : ch;
+      return n;
+    });
+
+}  // namespace
+}  // namespace ddpcheck

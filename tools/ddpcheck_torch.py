@@ -1,0 +1,285 @@
+"""ddpcheck_torch: record a real PyTorch DDP training loop so `ddpcheck torch-compare` can check and replay it.
+
+Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process:
+
+    import ddpcheck_torch
+    local = ddpcheck_torch.snapshot(model)               # optional: this rank's init before DDP
+    ddp = DistributedDataParallel(model, ...)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    with ddpcheck_torch.DdpRecorder(ddp, opt, sampler=sampler, loss_fn=nn.MSELoss(), out_dir="dump",
+                                    schedulers=[sched], local_init=local) as rec:
+        rec.set_dataset(X, Y)                            # optional: else rebuilt from the recorded batches
+        for epoch in range(E):
+            sampler.set_epoch(epoch)
+            for xb, yb, idx in loader:
+                opt.zero_grad(); loss = loss_fn(ddp(xb), yb); loss.backward(); opt.step()
+                rec.step(idx, xb, yb, loss)              # after optimizer.step()
+            sched.step()
+
+Each rank writes OUT_DIR/rank<r>/index.json plus .npy files. An exception inside the `with` block is recorded
+in the index ("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump.
+"""
+import json
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+FORMAT = "ddpcheck-torch-dump"
+VERSION = 1
+
+_SCHEDULERS = {
+    "StepLR": ("step", {"step_size": "step_size", "gamma": "gamma"}),
+    "MultiStepLR": ("multistep", {"milestones": "milestones", "gamma": "gamma"}),
+    "ExponentialLR": ("exponential", {"gamma": "gamma"}),
+    "CosineAnnealingLR": ("cosine", {"T_max": "t_max", "eta_min": "eta_min"}),
+    "LinearLR": ("linear", {"start_factor": "start_factor", "end_factor": "end_factor",
+                            "total_iters": "total_iters"}),
+}
+
+
+class UnsupportedModel(ValueError):
+    """The model uses a module ddpcheck cannot replay."""
+
+
+def _layer(i, m):
+    if isinstance(m, nn.Linear):
+        return {"type": "linear", "in": m.in_features, "out": m.out_features, "bias": m.bias is not None}
+    if isinstance(m, nn.ReLU):
+        return {"type": "relu"}
+    if isinstance(m, nn.Tanh):
+        return {"type": "tanh"}
+    if isinstance(m, nn.Dropout):
+        return {"type": "dropout", "p": float(m.p)}
+    if isinstance(m, nn.BatchNorm1d):
+        return {"type": "batchnorm1d", "features": m.num_features, "eps": float(m.eps),
+                "momentum": None if m.momentum is None else float(m.momentum), "affine": bool(m.affine),
+                "track_running_stats": bool(m.track_running_stats)}
+    raise UnsupportedModel(
+        "ddpcheck cannot replay module %d (%s); supported: nn.Linear, nn.ReLU, nn.Tanh, nn.BatchNorm1d, "
+        "nn.Dropout inside nn.Sequential, or a bare nn.Linear" % (i, type(m).__name__))
+
+
+def describe_model(module):
+    """The model as ddpcheck layers, and the map torch state name -> ddpcheck name ("weight" -> "0.weight")."""
+    if isinstance(module, nn.Linear):
+        return [_layer(0, module)], lambda n: "0." + n
+    if not isinstance(module, nn.Sequential):
+        raise UnsupportedModel("ddpcheck cannot replay a %s; wrap supported layers in nn.Sequential"
+                               % type(module).__name__)
+    return [_layer(i, m) for i, m in enumerate(module)], lambda n: n
+
+
+def describe_loss(loss_fn):
+    if isinstance(loss_fn, str):
+        return loss_fn
+    if getattr(loss_fn, "reduction", "mean") != "mean":
+        raise UnsupportedModel("ddpcheck replays losses with reduction='mean' only")
+    if isinstance(loss_fn, nn.MSELoss):
+        return "mse"
+    if isinstance(loss_fn, nn.CrossEntropyLoss):
+        return "cross_entropy"
+    raise UnsupportedModel("unsupported loss %s; use nn.MSELoss or nn.CrossEntropyLoss" % type(loss_fn).__name__)
+
+
+def snapshot(model):
+    """A detached copy of the model's parameters and buffers (call before wrapping in DDP)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _optimizer(opt):
+    if len(opt.param_groups) != 1:
+        raise UnsupportedModel("ddpcheck replays one optimizer param group, got %d" % len(opt.param_groups))
+    g = opt.param_groups[0]
+    kind = type(opt).__name__.lower()
+    if kind == "sgd":
+        return {"type": "sgd", "lr": g["lr"], "momentum": g["momentum"], "dampening": g["dampening"],
+                "weight_decay": g["weight_decay"], "nesterov": g["nesterov"], "maximize": g.get("maximize", False)}
+    if kind in ("adam", "adamw"):
+        if g.get("amsgrad"):
+            raise UnsupportedModel("ddpcheck does not replay amsgrad")
+        return {"type": kind, "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
+                "weight_decay": g["weight_decay"], "maximize": g.get("maximize", False)}
+    raise UnsupportedModel("unsupported optimizer %s; use SGD, Adam or AdamW" % type(opt).__name__)
+
+
+def _scheduler(s):
+    name = type(s).__name__
+    if name not in _SCHEDULERS:
+        raise UnsupportedModel("unsupported scheduler %s; supported: %s" % (name, ", ".join(sorted(_SCHEDULERS))))
+    kind, keys = _SCHEDULERS[name]
+    out = {"type": kind}
+    for attr, key in keys.items():
+        v = getattr(s, attr)
+        out[key] = sorted(v.elements()) if attr == "milestones" else v
+    return out
+
+
+class DdpRecorder:
+    """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast)."""
+
+    def __init__(self, ddp_model, optimizer, sampler=None, loss_fn="mse", out_dir="ddpcheck_dump", scaler=None,
+                 schedulers=(), local_init=None, batch_size=None):
+        import torch.distributed as dist
+        self.ddp = ddp_model
+        self.module = getattr(ddp_model, "module", ddp_model)
+        self.opt = optimizer
+        self.sampler = sampler
+        self.scaler = scaler
+        self.schedulers = list(schedulers)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.dir = os.path.join(out_dir, "rank%d" % self.rank)
+        os.makedirs(self.dir, exist_ok=True)
+        self.layers, self.name = describe_model(self.module)
+        self.loss = describe_loss(loss_fn)
+        self.optimizer = _optimizer(optimizer)
+        self.sched = [_scheduler(s) for s in self.schedulers]
+        self.batch_size = batch_size
+        self.steps = []
+        self.error = None
+        self.dataset = None
+        self.x_rows, self.y_rows = {}, {}
+        self.set_epoch_calls = []
+        self._counts = {"ddp": 0, "module": 0}
+        self._fwd_buffers = None
+        params = [n for n, _ in self.module.named_parameters()]
+        buffers = [n for n, _ in self.module.named_buffers()]
+        self.index = {
+            "format": FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world,
+            "torch_version": torch.__version__, "model": self.layers, "loss": self.loss,
+            "dtype": str(next(self.module.parameters()).dtype).replace("torch.", ""),
+            "params": [{"name": self.name(n), "torch_name": n} for n in params],
+            "buffers": [{"name": self.name(n), "torch_name": n} for n in buffers],
+            "ddp": self._ddp_options(), "optimizer": self.optimizer, "schedulers": self.sched,
+        }
+        self.index["init"] = self._save_state("init", self.module.state_dict())
+        if local_init is not None:
+            self.index["init_local"] = self._save_state("init_local", local_init)
+        if sampler is not None:
+            self._wrap_sampler(sampler)
+        self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
+                       self.module.register_forward_pre_hook(self._on_module_forward)]
+
+    # -- capture -------------------------------------------------------------------------------------------
+    def _ddp_options(self):
+        d = self.ddp
+        cap = getattr(d, "bucket_bytes_cap", None)
+        return {"wrapped": d is not self.module,
+                "bucket_cap_mb": cap / (1024 * 1024) if cap else 25.0,
+                "broadcast_buffers": bool(getattr(d, "broadcast_buffers", False)),
+                "find_unused_parameters": bool(getattr(d, "find_unused_parameters", False)),
+                "gradient_as_bucket_view": bool(getattr(d, "gradient_as_bucket_view", False))}
+
+    def _wrap_sampler(self, s):
+        original = s.set_epoch
+        calls = self.set_epoch_calls
+
+        def set_epoch(epoch):
+            calls.append(int(epoch))
+            return original(epoch)
+        s.set_epoch = set_epoch
+
+    def _on_ddp_forward(self, module, inputs):
+        self._counts["ddp"] += 1
+
+    def _on_module_forward(self, module, inputs):
+        # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
+        self._counts["module"] += 1
+        if self._fwd_buffers is None:
+            self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+
+    def _save(self, stem, t):
+        path = stem + ".npy"
+        np.save(os.path.join(self.dir, path), t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t))
+        return path
+
+    def _save_state(self, prefix, state):
+        return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v) for k, v in state.items()}
+
+    def set_dataset(self, x, y):
+        """The full dataset (rows indexed by the sampler); else it is rebuilt from the recorded batches."""
+        self.dataset = (torch.as_tensor(x), torch.as_tensor(y))
+
+    def step(self, batch_indices, xb=None, yb=None, loss=None):
+        """Call once per optimizer step, after optimizer.step() (and scaler.update())."""
+        s = len(self.steps)
+        idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
+        if self.batch_size is None:
+            self.batch_size = int(idx.numel())
+        if xb is not None:
+            for i, row in zip(idx.tolist(), torch.as_tensor(xb)):
+                self.x_rows[i] = row.detach().clone()
+        if yb is not None:
+            for i, row in zip(idx.tolist(), torch.as_tensor(yb)):
+                self.y_rows[i] = row.detach().clone()
+        p = "s%d" % s
+        rec = {"step": s, "indices": self._save(p + ".indices", idx),
+               "epoch": int(getattr(self.sampler, "epoch", 0)) if self.sampler is not None else 0,
+               "loss": float(loss.detach()) if torch.is_tensor(loss) else loss,
+               "lr": self.opt.param_groups[0]["lr"],
+               "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"]}
+        if self._fwd_buffers is not None:
+            rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers)
+        named = list(self.module.named_parameters())
+        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), q.grad)
+                        for n, q in named if q.grad is not None}
+        rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q) for n, q in named}
+        rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()))
+        state = {}
+        for n, q in named:
+            for key, v in self.opt.state.get(q, {}).items():
+                if torch.is_tensor(v) and key != "step":
+                    state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (p, key, self.name(n)), v)
+        rec["optimizer_state"] = state
+        if self.scaler is not None and self.scaler.is_enabled():
+            rec["scaler"] = {"scale": float(self.scaler.get_scale()),
+                             "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
+        self.steps.append(rec)
+        self._counts = {"ddp": 0, "module": 0}
+        self._fwd_buffers = None
+
+    # -- output --------------------------------------------------------------------------------------------
+    def close(self):
+        for h in self._hooks:
+            h.remove()
+        ix = self.index
+        if self.sampler is not None:
+            s = self.sampler
+            ix["sampler"] = {"len": len(s.dataset) if hasattr(s, "dataset") else None,
+                             "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", 0),
+                             "shuffle": bool(getattr(s, "shuffle", False)), "seed": int(getattr(s, "seed", 0)),
+                             "drop_last": bool(getattr(s, "drop_last", False)),
+                             "set_epoch_called": bool(self.set_epoch_calls), "set_epoch_calls": self.set_epoch_calls}
+        ix["batch_size"] = self.batch_size
+        if self.dataset is not None:
+            ix["dataset"] = {"x": self._save("dataset.x", self.dataset[0]), "y": self._save("dataset.y", self.dataset[1]),
+                             "complete": True}
+        elif self.x_rows:
+            n = max(max(self.x_rows) + 1, (ix.get("sampler") or {}).get("len") or 0)
+            x0, y0 = next(iter(self.x_rows.values())), next(iter(self.y_rows.values()))
+            X = torch.zeros((n,) + tuple(x0.shape), dtype=x0.dtype)
+            Y = torch.zeros((n,) + tuple(y0.shape), dtype=y0.dtype)
+            for i, v in self.x_rows.items():
+                X[i] = v
+            for i, v in self.y_rows.items():
+                Y[i] = v
+            ix["dataset"] = {"x": self._save("dataset.x", X), "y": self._save("dataset.y", Y),
+                             "complete": len(self.x_rows) == n, "rows_seen": sorted(self.x_rows)}
+        ix["steps"] = self.steps
+        if self.error is not None:
+            ix["error"] = self.error
+        with open(os.path.join(self.dir, "index.json.tmp"), "w") as f:
+            json.dump(ix, f, indent=1)
+        os.replace(os.path.join(self.dir, "index.json.tmp"), os.path.join(self.dir, "index.json"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            self.error = {"step": len(self.steps), "type": exc_type.__name__, "message": str(exc).splitlines()[0]
+                          if str(exc) else exc_type.__name__}
+        self.close()
+        return False
