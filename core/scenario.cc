@@ -124,7 +124,7 @@ Scenario DefaultScenario() {
   s.init.kind = "seed";
   s.init.seeds = {0, 1, 2, 3};
   s.data.kind = "regression";
-  s.data.samples = 256;
+  s.data.samples = 512;  // >= 2 per rank up to W = 256 (BatchNorm needs 2 values per channel)
   s.data.in_features = 16;
   s.data.out_features = 4;
   s.data.seed = 12345;

@@ -224,7 +224,7 @@ TEST(DefaultScenario, IsTheTutorialMlpWithBatchNormOnFourRanks) {
   EXPECT_EQ(s.model[0].in_features, 16);
   EXPECT_EQ(s.model[1].num_features, 32);
   EXPECT_EQ(s.model[5].out_features, 4);
-  EXPECT_EQ(s.data.samples, 256);
+  EXPECT_EQ(s.data.samples, 512);
   EXPECT_EQ(s.data.seed, 12345u);
   EXPECT_EQ(s.world, 4);
   EXPECT_EQ(s.batch_size, 8);

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tools/gen_golden.py [--out DIR] [--inplace] [--only randperm,sampler,lr,ddp_traj]
 
-Files, in the formats of /work/shared/golden/README.md (the project's copies are subsets of the shipped grids):
+Files, in the formats documented in tests/golden/README.md (the project's copies are subsets of the shipped grids):
   randperm.json          torch.randperm(n, Generator().manual_seed(seed)) for n in {1,2,5,11,100} x seeds {0,7}
   sampler.json           DistributedSampler for n in {1,3,10,11,17,100} x W {1,2,3,4,8} x shuffle x seed {0,42}
                          x epoch {0,1} x drop_last, every rank; plus constructor error cases
