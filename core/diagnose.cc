@@ -42,14 +42,10 @@ std::map<int, int64_t> LastParamStep(const Trace& t) {
 std::optional<Diagnosis> FromEvents(const Scenario& s, const Trace& got, const Trace& ref) {
   std::set<int> unfinished_ranks, shape_ranks;
   const TraceEvent* timeout = nullptr;
-  const TraceEvent* mismatch = nullptr;
   for (const auto& e : got.events()) {
     if (Contains(e.message, "Expected to have finished reduction")) unfinished_ranks.insert(e.rank);
     if (Contains(e.message, "appears not to match") || Contains(e.message, "DDP expects same model")) shape_ranks.insert(e.rank);
     if (e.kind == "timeout" && !timeout) timeout = &e;
-    if (Contains(e.message, "fingerprint") || (e.kind == "ddp_error" && Contains(e.message, " while rank "))) {
-      if (!mismatch) mismatch = &e;
-    }
   }
   if (!shape_ranks.empty()) {
     return Make("param-order", "rank-divergent",
@@ -105,12 +101,10 @@ std::optional<Diagnosis> FromEvents(const Scenario& s, const Trace& got, const T
     // uneven-batches: a rank that finished its loop cleanly (no event) but ran fewer steps than the reference,
     // while the others waited for it in a collective.
     const auto last = LastParamStep(got);
-    const auto ref_last = LastParamStep(ref);
     int64_t ref_steps = -1;
     for (const auto& [k, v] : ref.records()) {
       if (k.checkpoint == Checkpoint::kParams) ref_steps = std::max(ref_steps, k.step);
     }
-    (void)ref_last;
     std::vector<int> finished_early;
     for (int r = 0; r < s.world; ++r) {
       const bool has_events =
@@ -125,7 +119,6 @@ std::optional<Diagnosis> FromEvents(const Scenario& s, const Trace& got, const T
                               fmt::join(finished_early, ", "), timeout->message));
     }
   }
-  (void)mismatch;
   return std::nullopt;
 }
 

@@ -186,8 +186,8 @@ TEST_P(DdpTrajGolden, ReferenceAndSimReproduceTorchAtEveryStep) {
 INSTANTIATE_TEST_SUITE_P(Torch113, DdpTrajGolden,
                          ::testing::Values("a_linear10x10_float64_W2.json", "a_linear10x10_float32_W2.json",
                                            "c_mlp_bn8_16_4_float32_W2.json"),
-                         [](const auto& info) {
-                           std::string n = info.param;
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
                            n = n.substr(0, n.find(".json"));
                            std::replace(n.begin(), n.end(), '.', '_');
                            return n;

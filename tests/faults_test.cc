@@ -107,8 +107,8 @@ TEST_P(FaultScenario, PassesWithNoFaults) {
   EXPECT_TRUE(report.pass()) << core::FormatTerminal(report);
 }
 
-INSTANTIATE_TEST_SUITE_P(BugsMd, FaultScenario, ::testing::ValuesIn(FaultScenarios()), [](const auto& info) {
-  std::string n = info.param;
+INSTANTIATE_TEST_SUITE_P(BugsMd, FaultScenario, ::testing::ValuesIn(FaultScenarios()), [](const auto& param_info) {
+  std::string n = param_info.param;
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
 });
