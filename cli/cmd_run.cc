@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "cli/command.h"
+#include "core/file.h"
 #include "cli/rank_env.h"
 #include "cli/scenario_flags.h"
 #include "core/plot.h"
@@ -29,12 +30,6 @@ struct RunArgs {
   RankFlags rank;  // ranks as processes (torchrun, mpirun, srun, ddpcheck launch): cli/rank_env.h
 };
 
-core::Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) return core::Status::Io(path + ": cannot write");
-  out << text;
-  return out ? core::Status::Ok() : core::Status::Io(path + ": write failed");
-}
 
 // A one-line bar on stderr, drawn by rank 0 after each step: only once the run has taken a second (short runs
 // print nothing), redrawn at most every 100 ms, erased when the run ends.
@@ -98,21 +93,21 @@ int Run(const RunArgs& a) {
   if (!a.quiet) std::cout << core::FormatTerminal(report);
   else std::cout << core::VerdictLine(report) << "\n";
   if (!a.report_json.empty()) {
-    st = WriteText(a.report_json, core::ReportToJson(report).dump(2) + "\n");
+    st = core::WriteStringToFile(a.report_json, core::ReportToJson(report).dump(2) + "\n");
     if (!st.ok()) return Fail("run", st);
   }
   if (!a.report_md.empty()) {
-    st = WriteText(a.report_md, core::ReportToMarkdown(report));
+    st = core::WriteStringToFile(a.report_md, core::ReportToMarkdown(report));
     if (!st.ok()) return Fail("run", st);
   }
   if (!a.junit.empty()) {
-    st = WriteText(a.junit, core::ReportToJUnit(report));
+    st = core::WriteStringToFile(a.junit, core::ReportToJUnit(report));
     if (!st.ok()) return Fail("run", st);
   }
   if (!a.report_html.empty()) {
     std::string html;
     st = core::ReportToHtml(report, &html);
-    if (st.ok()) st = WriteText(a.report_html, html);
+    if (st.ok()) st = core::WriteStringToFile(a.report_html, html);
     if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
   }
   return report.ExitCode();

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "core/file.h"
 #include "core/diagnose.h"
 #include "core/dump.h"
 #include "core/dump_check.h"
@@ -103,9 +104,8 @@ int Run(const TorchCompareArgs& args) {
                                        {"tensor", k.tensor},
                                        {"rank", k.rank}};
     }
-    std::ofstream out(args.report_json);
-    if (!out) return Fail("torch-compare", core::Status::Io(args.report_json + ": cannot write"));
-    out << j.dump(2) << "\n";
+    const core::Status st = core::WriteStringToFile(args.report_json, j.dump(2) + "\n");
+    if (!st.ok()) return Fail("torch-compare", st);
   }
   return report.ExitCode();
 }

@@ -1,5 +1,7 @@
 #include "core/npy.h"
 
+#include "core/file.h"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -180,14 +182,9 @@ Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) 
 }
 
 Status ReadNpy(const std::string& path, Tensor* out) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return Status::NotFound(path + ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Io(path + ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::Io(path + ": read error");
-  return ParseNpy(ss.str(), path, out);
+  std::string bytes;
+  DDPCHECK_RETURN_IF_ERROR(ReadFileToString(path, &bytes));
+  return ParseNpy(bytes, path, out);
 }
 
 Status EncodeNpy(const Tensor& t, std::string* bytes) {

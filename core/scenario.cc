@@ -2,6 +2,8 @@
 // checks: core/scenario_validate.cc; JSON output: core/scenario_to_json.cc.
 #include "core/scenario.h"
 
+#include "core/file.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -77,15 +79,11 @@ Status ParseScenario(const json& j, const std::string& source, const std::string
 }
 
 Status LoadScenario(const std::string& path, Scenario* out) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return Status::NotFound(path + ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Io(path + ": cannot open for reading");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  DDPCHECK_RETURN_IF_ERROR(ReadFileToString(path, &text));
   json j;
   try {
-    j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    j = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ..."
     std::string what = e.what();
