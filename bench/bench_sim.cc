@@ -34,13 +34,14 @@ struct Args {
   int64_t steps = 20;
   int reps = 3;
   bool fingerprints = true;
+  int64_t direct_bytes = 256 * 1024;  // GlooCommunicator's one-round all-reduce up to this size; 0: always the ring
   std::string comm = "gloo";  // "gloo" (the realistic one) | "local" (in-memory, for comparison)
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "ddpcheck_bench_sim: %s\nusage: ddpcheck_bench_sim [--hidden H] [--world W] [--batch B] "
-               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local]\n",
+               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local] [--gloo-ring-only]\n",
                why);
   std::exit(2);
 }
@@ -51,6 +52,10 @@ Args ParseArgs(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--no-fingerprints") {
       a.fingerprints = false;
+      continue;
+    }
+    if (k == "--gloo-ring-only") {
+      a.direct_bytes = 0;
       continue;
     }
     if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
@@ -119,6 +124,7 @@ double StepSeconds(const Args& a) {
   opts.comm = a.comm;
   opts.record = false;
   opts.verify_fingerprints = a.fingerprints;
+  opts.gloo_direct_allreduce_bytes = a.direct_bytes;
   opts.run_id = "bench";
   opts.progress = [&](int64_t done, int64_t) {
     if (done == a.warmup) warm = Clock::now();
@@ -147,9 +153,9 @@ int main(int argc, char** argv) {
   const int64_t params = 3 * (a.hidden * a.hidden + a.hidden);
   std::printf(
       "{\"impl\": \"sim/%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
-      "\"reps\": %d, \"fingerprints\": %s, \"step_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f}\n",
+      "\"reps\": %d, \"fingerprints\": %s, \"direct_allreduce_bytes\": %lld, \"step_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f}\n",
       a.comm.c_str(), static_cast<long long>(a.hidden), static_cast<long long>(params), a.world, static_cast<long long>(a.batch),
-      static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false", median * 1e3,
+      static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false", static_cast<long long>(a.direct_bytes), median * 1e3,
       per_step.front() * 1e3, per_step.back() * 1e3);
   return 0;
 }

@@ -54,6 +54,8 @@ def main():
     p.add_argument("--no-fingerprints", action="store_true", help="sim: skip the fingerprint allgather")
     p.add_argument("--with-local", action="store_true",
                    help="also time the sim with the in-memory LocalCommunicator (extra column, not the headline)")
+    p.add_argument("--with-ring", action="store_true",
+                   help="also time the sim with every all-reduce through gloo::allreduce's ring (extra column)")
     p.add_argument("--quick", action="store_true", help="only the ~10K model at W=4 (the headline number)")
     args = p.parse_args()
     sim_bin = os.path.join(ROOT, args.build, "bench", "ddpcheck_bench_sim")
@@ -69,28 +71,37 @@ def main():
                   "--warmup", str(warmup), "--steps", str(steps)]
         sim_cmd = [sim_bin, *common, "--reps", "1"] + (["--no-fingerprints"] if args.no_fingerprints else [])
         torch_cmd = [sys.executable, os.path.join(HERE, "torch_ddp_step.py"), *common, "--reps", "1"]
-        sim_ms, torch_ms, local_ms = [], [], []
+        extras = []  # (column, extra sim flags) for the optional columns
+        if args.with_ring:
+            extras.append(("ring", ["--gloo-ring-only"]))
+        if args.with_local:
+            extras.append(("local", ["--comm", "local"]))
+        sim_ms, torch_ms = [], []
+        extra_ms = {name: [] for name, _ in extras}
         for _ in range(args.rounds):
             sim_ms.append(run_json(sim_cmd)["step_ms"])
             torch_ms.append(run_json(torch_cmd)["step_ms"])
-            if args.with_local:
-                local_ms.append(run_json(sim_cmd + ["--comm", "local"])["step_ms"])
+            for name, flags in extras:
+                extra_ms[name].append(run_json(sim_cmd + flags)["step_ms"])
         s, t = statistics.median(sim_ms), statistics.median(torch_ms)
-        loc = statistics.median(local_ms) if local_ms else float("nan")
-        rows.append((label, 3 * (hidden * hidden + hidden), world, s, t, loc))
-        print(f"# {label} W={world}: sim {sim_ms} ms, torch {torch_ms} ms, sim/local {local_ms} ms",
-              file=sys.stderr, flush=True)
+        rows.append((label, 3 * (hidden * hidden + hidden), world, s, t,
+                     [statistics.median(extra_ms[name]) for name, _ in extras]))
+        print(f"# {label} W={world}: sim {sim_ms} ms, torch {torch_ms} ms, " +
+              ", ".join(f"{name} {extra_ms[name]} ms" for name, _ in extras), file=sys.stderr, flush=True)
 
-    print(f"# sim = ddpcheck_bench_sim (sim::RunSim, Gloo communicator, record=false); torch = torch_ddp_step.py; "
-          f"speedup = torch_ms / sim_ms" + ("; local = the sim with the in-memory LocalCommunicator" if args.with_local else ""))
+    names = [name for name, _ in extras]
+    notes = {"ring": "ring = the sim with every all-reduce through gloo::allreduce (no one-round direct exchange)",
+             "local": "local = the sim with the in-memory LocalCommunicator"}
+    print("# sim = ddpcheck_bench_sim (sim::RunSim, Gloo communicator, record=false); torch = torch_ddp_step.py; "
+          "speedup = torch_ms / sim_ms" + "".join("; " + notes[n] for n in names))
     print(f"# batch {args.batch} per rank, fp32, SGD, Gloo on loopback, one thread per rank; "
           f"fingerprints {'off' if args.no_fingerprints else 'on'}; medians of {args.rounds} interleaved rounds")
-    local_head = f" {'local_ms':>10} {'speedup':>8}" if args.with_local else ""
-    local_unit = f" {'ms/step':>10} {'x':>8}" if args.with_local else ""
-    print(f"{'model':>6} {'params':>10} {'W':>2} {'sim_ms':>10} {'torch_ms':>10} {'speedup':>8}{local_head}")
-    print(f"{'':>6} {'':>10} {'':>2} {'ms/step':>10} {'ms/step':>10} {'x':>8}{local_unit}")
-    for label, params, world, s, t, loc in rows:
-        extra = f" {loc:>10.3f} {t / loc:>8.2f}" if args.with_local else ""
+    extra_head = "".join(f" {n + '_ms':>10} {'speedup':>8}" for n in names)
+    extra_unit = "".join(f" {'ms/step':>10} {'x':>8}" for n in names)
+    print(f"{'model':>6} {'params':>10} {'W':>2} {'sim_ms':>10} {'torch_ms':>10} {'speedup':>8}{extra_head}")
+    print(f"{'':>6} {'':>10} {'':>2} {'ms/step':>10} {'ms/step':>10} {'x':>8}{extra_unit}")
+    for label, params, world, s, t, ex in rows:
+        extra = "".join(f" {e:>10.3f} {t / e:>8.2f}" for e in ex)
         print(f"{label:>6} {params:>10} {world:>2} {s:>10.3f} {t:>10.3f} {t / s:>8.2f}{extra}")
     headline = [r for r in rows if r[0] == "10K" and r[2] == 4][0]
     print(f"speedup_vs_torch_10k_w4={headline[4] / headline[3]:.2f}")

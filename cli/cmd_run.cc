@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "core/file.h"
 #include "cli/rank_env.h"
+#include "cli/run_backend.h"
 #include "cli/scenario_flags.h"
 #include "core/plot.h"
 #include "sim/check.h"
@@ -23,6 +24,7 @@ struct RunArgs {
   ScenarioFlags scenario;
   std::string backend = "sim";
   std::string comm = "gloo";
+  std::string math = "auto";  // GPU backends: fp32 GEMMs as fp32 or TF32
   int64_t timeout_ms = 0;  // 0: the scenario's ddp.timeout_ms
   std::string dump_trace, dump_reference, report_json, report_md, report_html, junit;
   bool quiet = false;
@@ -67,6 +69,15 @@ int Run(const RunArgs& a) {
     st = core::FindGnuplot(&gnuplot);
     if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
   }
+  const bool gpu = a.backend == "real" || a.backend == "hybrid";
+  if (!gpu && a.math == "tf32") {
+    return Fail("run", core::Status::Invalid("--math tf32 is a GPU math mode: use it with --backend real or hybrid"));
+  }
+  if (gpu && a.rank.Active()) {
+    return Fail("run", core::Status::Invalid("--backend " + a.backend + " as one rank of a world of processes is "
+                                             "`ddpcheck gpu-run --rank R --store-dir DIR`; `run` runs the whole "
+                                             "GPU world from one process"));
+  }
   sim::CheckOptions opts;
   opts.backend = a.backend;
   opts.sim.comm = a.comm;
@@ -85,6 +96,16 @@ int Run(const RunArgs& a) {
     bar.reset();
     if (!st.ok()) return Fail("run", st);
     if (!reporter) return 0;
+  } else if (gpu) {
+    const auto it = RunBackends().find(a.backend);
+    if (it == RunBackends().end()) {
+      return Fail("run", core::Status::Invalid(
+                             "--backend " + a.backend + ": this ddpcheck was built without the GPU world (CUDA and "
+                             "NCCL were not found when it was configured). Build it where /usr/local/cuda has CUDA "
+                             "and NCCL (docs/gpu.md), or run the CPU world with --backend sim"));
+    }
+    RunBackendRequest request{std::chrono::milliseconds(a.timeout_ms), a.math, a.dump_trace, a.dump_reference};
+    st = it->second(std::move(s), request, &report);
   } else {
     st = sim::RunCheck(std::move(s), opts, &report);
   }
@@ -119,11 +140,17 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       "Run a scenario on a backend and on the reference, and compare them.\n"
       "  example: ddpcheck run                                   (default scenario, W=4, sim over Gloo)\n"
       "  example: ddpcheck run scenarios/tutorial_toymodel.json --world 8 --comm local\n"
-      "  example: ddpcheck run --backend reference --dump-trace /tmp/ref");
+      "  example: ddpcheck run --backend reference --dump-trace /tmp/ref\n"
+      "  example: ddpcheck run --backend real --world 1 --math tf32     (GPU world: CUDA + NCCL)\n"
+      "  example: ddpcheck run --backend hybrid --world 4               (CUDA replicas, Gloo collectives)");
   auto args = std::make_shared<RunArgs>();
   args->scenario.Add(sub);
   args->rank.Add(sub);
-  sub->add_option("--backend", args->backend, "sim | reference")->check(CLI::IsMember({"sim", "reference"}));
+  sub->add_option("--backend", args->backend,
+                  "sim (CPU world) | reference | real (GPU: CUDA + NCCL) | hybrid (GPU: CUDA + Gloo)")
+      ->check(CLI::IsMember({"sim", "reference", "real", "hybrid"}));
+  sub->add_option("--math", args->math, "fp32 GEMMs of the GPU backends: auto (= fp32) | fp32 | tf32")
+      ->check(CLI::IsMember({"auto", "fp32", "tf32"}));
   sub->add_option("--comm", args->comm, "Collectives of the sim world: gloo (TCP) | local (in memory)")
       ->check(CLI::IsMember({"gloo", "local"}));
   sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::NonNegativeNumber);

@@ -52,13 +52,14 @@ std::vector<std::vector<T>> MixedMagnitudes(int world, int64_t n, uint64_t seed)
 }
 
 template <typename T>
-void CheckLocalEqualsGloo(int world, int64_t n, uint64_t seed) {
+void CheckLocalEqualsGloo(int world, int64_t n, uint64_t seed, bool direct) {
   auto gloo_bufs = MixedMagnitudes<T>(world, n, seed);
   auto local_bufs = gloo_bufs;
   auto& gloo = GlooWorld(world);
   auto local = LocalWorld::Create(world);
   testing::SpawnRanks(world, [&](int rank) {
     const auto r = static_cast<size_t>(rank);
+    gloo[r]->SetDirectAllReduceBytes(direct ? GlooCommunicator::kDefaultDirectAllReduceBytes : 0);
     core::Status s = gloo[r]->AllReduceSum(core::Span{gloo_bufs[r].data(), n, core::DTypeOf<T>()}, "prop");
     if (!s.ok()) throw std::runtime_error(s.ToString());
     LocalCommunicator comm(local, rank, milliseconds(30000));
@@ -79,10 +80,12 @@ RC_GTEST_PROP(LocalCommunicator, AllReduceSumIsBitwiseGloosForAnyWorldLengthAndV
   const int64_t n = *rc::gen::inRange<int64_t>(1, 5001);
   const bool f64 = *rc::gen::arbitrary<bool>();
   const auto seed = *rc::gen::arbitrary<uint64_t>();
+  // Both of GlooCommunicator's paths: the one-round direct exchange and gloo::allreduce's ring.
+  const bool direct = *rc::gen::arbitrary<bool>();
   if (f64) {
-    CheckLocalEqualsGloo<double>(world, n, seed);
+    CheckLocalEqualsGloo<double>(world, n, seed, direct);
   } else {
-    CheckLocalEqualsGloo<float>(world, n, seed);
+    CheckLocalEqualsGloo<float>(world, n, seed, direct);
   }
 }
 

@@ -1,6 +1,6 @@
 // `ddpcheck gpu-run [SCENARIO] --backend real|hybrid`: the scenario on the GPU world, against the reference,
 // with the report `run` prints. Registered only in builds with real/ (CUDA and NCCL found); on a machine
-// without a GPU it says so and exits 2. (Lead: alias `run --backend real|hybrid` to this later.)
+// without a GPU it says so and exits 2. `run --backend real|hybrid` runs the same check (real/cli_run_backends.cc).
 #include <filesystem>
 #include <fstream>
 #include <iostream>

@@ -1,5 +1,7 @@
 #include "sim/communicator_gloo.h"
 
+#include <algorithm>
+#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -10,9 +12,12 @@
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
 #include <gloo/math.h>
+#include <gloo/types.h>
 
+#include "core/check.h"
 #include "sim/communicator_fingerprint.h"
 #include "sim/communicator_gloo_errors.h"
+#include "sim/communicator_ring.h"
 
 namespace ddpcheck::sim {
 
@@ -36,7 +41,52 @@ void GlooAllReduceSum(const std::shared_ptr<gloo::Context>& context, void* data,
   gloo::allreduce(opts);
 }
 
+// A slot prefix of our own for the direct exchanges (Gloo's collectives use 0x01-0x08, gloo/types.h). Messages
+// on a pair arrive in order and every rank runs its collectives one at a time, so one slot serves them all.
+constexpr uint8_t kDirectSlotPrefix = 0x5d;
+
+// The staging memory a rank may spend on direct exchanges: W blocks of (fingerprint + payload capacity).
+constexpr int64_t kDirectStagingBytes = 1024 * 1024;
+
 }  // namespace
+
+int64_t GlooCommunicator::DirectCapacity() const {
+  const int64_t per_rank = kDirectStagingBytes / std::max(1, world_) - static_cast<int64_t>(sizeof(Fingerprint));
+  const int64_t cap = std::min(direct_allreduce_bytes_, per_rank);
+  return std::max<int64_t>(0, cap / 8 * 8);
+}
+
+void GlooCommunicator::DirectExchange(const Fingerprint& mine, const void* payload, size_t bytes) {
+  // Every rank posts its receives with the same block size, fingerprint + capacity, whatever it sends itself:
+  // a peer that entered another collective sends a different length, and Gloo accepts a shorter message than
+  // the receive posted (a longer one would trip an enforce in its event loop and end the process).
+  const size_t block = sizeof(Fingerprint) + static_cast<size_t>(DirectCapacity());
+  DDPCHECK_CHECK_LE(bytes + sizeof(Fingerprint), block);
+  if (staging_.size() != block * static_cast<size_t>(world_ + 1)) staging_.assign(block * static_cast<size_t>(world_ + 1), 0);
+  // Blocks 0..W-1 receive rank r's message; block W holds this rank's outgoing message.
+  uint8_t* outgoing = staging_.data() + block * static_cast<size_t>(world_);
+  std::memcpy(outgoing, mine.data(), sizeof(Fingerprint));
+  if (bytes > 0) std::memcpy(outgoing + sizeof(Fingerprint), payload, bytes);
+  std::memcpy(staging_.data() + block * static_cast<size_t>(rank_), outgoing, sizeof(Fingerprint) + bytes);
+  if (world_ == 1) return;
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  auto recv = context_->createUnboundBuffer(staging_.data(), block * static_cast<size_t>(world_));
+  auto send = context_->createUnboundBuffer(outgoing, block);
+  for (int i = 1; i < world_; ++i) {
+    const int from = (rank_ + world_ - i) % world_;
+    recv->recv(from, slot, static_cast<size_t>(from) * block, block);
+  }
+  for (int i = 1; i < world_; ++i) send->send((rank_ + i) % world_, slot, 0, sizeof(Fingerprint) + bytes);
+  for (int i = 1; i < world_; ++i) recv->waitRecv(timeout_);
+  for (int i = 1; i < world_; ++i) send->waitSend(timeout_);
+}
+
+const uint8_t* GlooCommunicator::Received(int rank, Fingerprint* fingerprint) const {
+  const size_t block = sizeof(Fingerprint) + static_cast<size_t>(DirectCapacity());
+  const uint8_t* at = staging_.data() + block * static_cast<size_t>(rank);
+  if (fingerprint) std::memcpy(fingerprint->data(), at, sizeof(Fingerprint));
+  return at + sizeof(Fingerprint);
+}
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
                                    std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<gloo::Context> context,
@@ -50,7 +100,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()>& body) {
+Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()>& body, const DirectPayload* direct) {
   if (!broken_.ok()) {
     return Status(broken_.code(), "gloo communicator of rank " + std::to_string(rank_) +
                                       " is unusable after an earlier failure: " + broken_.message());
@@ -59,20 +109,19 @@ Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()
   const auto start = std::chrono::steady_clock::now();
   try {
     if (record_) recorder_->Record(rank_, record);
-    if (verify_fingerprints_ && world_ > 1) {
-      const Fingerprint mine = FingerprintOf(record);
-      std::vector<int64_t> flat(static_cast<size_t>(kFingerprintWords * world_));
-      gloo::AllgatherOptions opts(context_);
-      opts.setInput<int64_t>(const_cast<int64_t*>(mine.data()), kFingerprintWords);
-      opts.setOutput<int64_t>(flat.data(), flat.size());
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-      std::vector<Fingerprint> all(static_cast<size_t>(world_));
-      for (size_t r = 0; r < all.size(); ++r) {
-        for (size_t w = 0; w < kFingerprintWords; ++w) all[r][w] = flat[r * kFingerprintWords + w];
+    if (world_ > 1 && (verify_fingerprints_ || direct)) {
+      DirectExchange(FingerprintOf(record), direct ? direct->data : nullptr, direct ? direct->bytes : 0);
+      if (verify_fingerprints_) {
+        std::vector<Fingerprint> all(static_cast<size_t>(world_));
+        for (int r = 0; r < world_; ++r) Received(r, &all[static_cast<size_t>(r)]);
+        std::string mismatch = CheckFingerprints(record, rank_, all);
+        if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
       }
-      std::string mismatch = CheckFingerprints(record, rank_, all);
-      if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
+      if (direct) {
+        std::vector<const void*> blocks(static_cast<size_t>(world_));
+        for (int r = 0; r < world_; ++r) blocks[static_cast<size_t>(r)] = Received(r, nullptr);
+        direct->finish(blocks);
+      }
     }
     if (body) body();
   } catch (const std::exception& e) {
@@ -105,6 +154,14 @@ Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
   }
   CollectiveRecord rec{0, CollectiveOp::kAllReduce, buf.numel, buf.dtype, -1, what};
   std::function<void()> body;
+  if (buf.numel > 0 && world_ > 1 && buf.bytes() <= DirectCapacity()) {
+    // One round: every rank's buffer travels with its fingerprint; the sum runs here in the ring's order, so
+    // it has the bits gloo::allreduce would give (sim/communicator_ring.h).
+    DirectPayload direct{buf.data, static_cast<size_t>(buf.bytes()), [&](const std::vector<const void*>& blocks) {
+                           GlooRingSum(blocks, buf.numel, buf.dtype, buf.data);
+                         }};
+    return Run(rec, nullptr, &direct);
+  }
   if (buf.numel > 0) {
     body = [&] {
       switch (buf.dtype) {

@@ -4,21 +4,27 @@
 // ranks as threads, a FileStore(dir) per process for ranks as processes. All keys live under "<run_id>/",
 // so several runs can share one store. Collectives are the ones PyTorch's ProcessGroupGloo uses:
 // gloo::allreduce (ring, gloo::sum; see sim/communicator_ring.h for its summation order), gloo::broadcast,
-// gloo::allgather, gloo::barrier, each with this communicator's timeout.
+// gloo::allgather, gloo::barrier, each with this communicator's timeout, with one exception for speed: an
+// all-reduce small enough (SetDirectAllReduceBytes) travels as one round of direct point-to-point messages
+// over the same Gloo pairs and is summed locally in the ring's order, which gives gloo::allreduce's bits
+// (tests/communicator_ring_test.cc) with one network round instead of 2(W-1) dependent ones.
 //
 // Before each collective the rank writes a flight-recorder record to the store, and (by default) the ranks
-// allgather a fingerprint of the collective, so a rank that never arrives is reported as a Status::Timeout
-// naming it and what it entered last, and ranks that enter different collectives get a Status::Mismatch
-// naming both, instead of a hang or garbage. After a timeout or peer failure the Gloo context is unusable:
-// every later call returns the same error code, saying so. Not thread-safe: one thread per rank.
+// exchange a fingerprint of the collective (in the same round as a direct all-reduce's data), so a rank that
+// never arrives is reported as a Status::Timeout naming it and what it entered last, and ranks that enter
+// different collectives get a Status::Mismatch naming both, instead of a hang or garbage. After a timeout or
+// peer failure the Gloo context is unusable: every later call returns the same error code, saying so. Not
+// thread-safe: one thread per rank.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/communicator.h"
+#include "sim/communicator_fingerprint.h"
 #include "sim/flight_recorder.h"
 
 namespace gloo {
@@ -61,14 +67,35 @@ class GlooCommunicator final : public core::Communicator {
   // Write a flight-recorder record before each collective. Default on; off only to measure its cost
   // (timeouts then cannot name what the missing ranks entered).
   void SetFlightRecorder(bool on) { record_ = on; }
+  // All-reduces of at most this many bytes per rank (capped so the staging memory stays within 1 MiB per rank:
+  // about 256 KiB at W <= 4, 16 KiB at W = 64) travel with the fingerprint in one round of direct messages (every
+  // rank sends its buffer to every other) and are summed here in the ring's order (sim/communicator_ring.h):
+  // the same bits as gloo::allreduce's ring, in one network round instead of 2(W-1) dependent ones. Larger
+  // ones run gloo::allreduce. 0 sends every all-reduce through gloo::allreduce. Every rank of a run must use
+  // the same value.
+  void SetDirectAllReduceBytes(int64_t bytes) { direct_allreduce_bytes_ = bytes; }
+  static constexpr int64_t kDefaultDirectAllReduceBytes = 256 * 1024;
   // Collectives issued so far (the sequence number of the last one).
   int64_t sequence() const { return seq_; }
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<FlightRecorder> recorder,
                    std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout);
-  // Records, verifies, then runs `body` (the Gloo calls); turns every exception into a Status.
-  core::Status Run(CollectiveRecord record, const std::function<void()>& body);
+  // A direct all-reduce's buffer: sent with the fingerprint; `finish` gets every rank's copy, indexed by rank.
+  struct DirectPayload {
+    const void* data;
+    size_t bytes;
+    std::function<void(const std::vector<const void*>&)> finish;
+  };
+  // Records, exchanges fingerprints (with `direct`'s payload) and verifies them, then runs `body` (the Gloo
+  // calls); turns every exception into a Status.
+  core::Status Run(CollectiveRecord record, const std::function<void()>& body, const DirectPayload* direct = nullptr);
+  // Payload bytes a direct exchange carries at most (see SetDirectAllReduceBytes); the same on every rank.
+  int64_t DirectCapacity() const;
+  // One round of messages from every rank to every other: `mine` followed by `bytes` of payload.
+  void DirectExchange(const Fingerprint& mine, const void* payload, size_t bytes);
+  // Rank r's message of the last DirectExchange: its fingerprint, and a pointer to its payload.
+  const uint8_t* Received(int rank, Fingerprint* fingerprint) const;
   // Explains a failed collective. A rank is only called missing once the collective's timeout has passed
   // since `start`: a peer's failure can end the collective early while slow ranks are still on their way.
   core::Status Failure(const CollectiveRecord& record, std::chrono::steady_clock::time_point start,
@@ -81,6 +108,8 @@ class GlooCommunicator final : public core::Communicator {
   int world_;
   std::chrono::milliseconds timeout_;
   int64_t seq_ = 0;
+  int64_t direct_allreduce_bytes_ = kDefaultDirectAllReduceBytes;
+  std::vector<uint8_t> staging_;  // W + 1 blocks: every rank's message of the last DirectExchange, then ours
   bool verify_fingerprints_ = true;
   bool record_ = true;
   core::Status broken_;  // the first failure; OK while usable

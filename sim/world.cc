@@ -99,6 +99,7 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
           return;
         }
         comm->SetVerifyFingerprints(opts.verify_fingerprints);
+        comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace,
                                                     r == 0 ? opts.progress : nullptr);
       });
@@ -128,6 +129,7 @@ core::Status RunSimRank(const core::Scenario& s, const SimOptions& options, int 
   core::Status st = GlooCommunicator::Create(store, opts.run_id, rank, s.world, opts.timeout, &comm, opts.gloo_host);
   if (st.ok()) {
     comm->SetVerifyFingerprints(opts.verify_fingerprints);
+    comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
     auto die = TestDieHook(rank);
     auto progress = rank == 0 ? opts.progress : nullptr;
     st = GuardedRank(s, rank, replica.get(), comm.get(), trace, [die, progress](int64_t done, int64_t total) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,8 @@ struct SimOptions {
   std::chrono::milliseconds timeout{0};  // every collective's timeout; 0: the scenario's ddp.timeout_ms
   bool record = true;  // false: no trace (benchmarks)
   bool verify_fingerprints = true;
+  // GlooCommunicator::SetDirectAllReduceBytes: all-reduces up to this size run as one direct round (same bits).
+  int64_t gloo_direct_allreduce_bytes = 256 * 1024;
   std::string run_id = "ddpcheck";
   std::string gloo_host;  // address the Gloo TCP device binds ("" = $DDPCHECK_GLOO_HOST, else 127.0.0.1)
   // Called by rank 0 after each optimizer step (done, total): a progress bar. Empty: none.

@@ -31,10 +31,16 @@ using core::Status;
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
-enum class Backend { kGloo, kLocal };
+// kGloo: GlooCommunicator as `run` uses it (small all-reduces as one direct round); kGlooRing: every
+// all-reduce through gloo::allreduce.
+enum class Backend { kGloo, kGlooRing, kLocal };
 
 std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
-  return info.param == Backend::kGloo ? "Gloo" : "Local";
+  switch (info.param) {
+    case Backend::kGloo: return "Gloo";
+    case Backend::kGlooRing: return "GlooRing";
+    default: return "Local";
+  }
 }
 
 // Runs fn(comm) on `world` rank threads, each with its own fresh communicator of `backend`.
@@ -45,10 +51,11 @@ void WithWorld(Backend backend, int world, milliseconds timeout, const std::func
   auto local = LocalWorld::Create(world);
   testing::SpawnRanks(world, [&](int rank) {
     std::unique_ptr<core::Communicator> comm;
-    if (backend == Backend::kGloo) {
+    if (backend != Backend::kLocal) {
       std::unique_ptr<GlooCommunicator> gloo;
       Status s = GlooCommunicator::Create(store, run_id, rank, world, timeout, &gloo);
       if (!s.ok()) throw std::runtime_error("rank " + std::to_string(rank) + ": " + s.ToString());
+      if (backend == Backend::kGlooRing) gloo->SetDirectAllReduceBytes(0);
       comm = std::move(gloo);
     } else {
       comm = std::make_unique<LocalCommunicator>(local, rank, timeout);
@@ -202,7 +209,7 @@ TEST_P(CommunicatorContract, ARankSkippingToTheNextCollectiveIsAMismatchNamingBo
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Sim, CommunicatorContract, ::testing::Values(Backend::kGloo, Backend::kLocal), BackendName);
+INSTANTIATE_TEST_SUITE_P(Sim, CommunicatorContract, ::testing::Values(Backend::kGloo, Backend::kGlooRing, Backend::kLocal), BackendName);
 
 }  // namespace
 }  // namespace ddpcheck::sim

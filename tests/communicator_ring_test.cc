@@ -81,8 +81,10 @@ std::vector<T> MixedMagnitudes(std::mt19937_64& rng, int64_t n) {
   return v;
 }
 
+// direct = false: every all-reduce runs gloo::allreduce (the library's own ring), so this checks the model
+// against the library; direct = true: small ones run GlooCommunicator's one-round direct exchange.
 template <typename T>
-void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes) {
+void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct = false) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::vector<std::vector<T>>> gloo_out(sizes.size());
   std::vector<std::vector<std::vector<T>>> inputs(sizes.size());
@@ -95,6 +97,7 @@ void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes) {
     std::unique_ptr<GlooCommunicator> comm;
     core::Status s = GlooCommunicator::Create(store, "ring", rank, world, std::chrono::milliseconds(30000), &comm);
     if (!s.ok()) throw std::runtime_error(s.ToString());
+    if (!direct) comm->SetDirectAllReduceBytes(0);
     for (size_t k = 0; k < sizes.size(); ++k) {
       auto& buf = gloo_out[k][static_cast<size_t>(rank)];
       s = comm->AllReduceSum(core::Span{buf.data(), sizes[k], core::DTypeOf<T>()}, "probe");
@@ -112,7 +115,8 @@ void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes) {
         differ += std::memcmp(&model[static_cast<size_t>(i)], &gloo_out[k][static_cast<size_t>(r)][static_cast<size_t>(i)],
                               sizeof(T)) != 0;
       }
-      EXPECT_EQ(differ, 0) << "W=" << world << " n=" << sizes[k] << " rank " << r << " sizeof " << sizeof(T);
+      EXPECT_EQ(differ, 0) << "W=" << world << " n=" << sizes[k] << " rank " << r << " sizeof " << sizeof(T)
+                           << (direct ? " (direct)" : " (gloo::allreduce)");
     }
   }
 }
@@ -123,6 +127,17 @@ TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseOnMixedMagnitudes) {
     std::erase(sizes, 0);
     CheckAgainstGloo<float>(world, sizes);
     CheckAgainstGloo<double>(world, sizes);
+  }
+}
+
+// The one-round direct all-reduce gives the ring's bits too, below and above its size cap (65,524 float32 at
+// W = 4, 32,756 at W = 8, so 2^16 + 3 elements always take gloo::allreduce).
+TEST(GlooCommunicator, DirectAllReduceIsBitwiseGloosRing) {
+  for (int world = 2; world <= 8; ++world) {
+    std::vector<int64_t> sizes{1, 2, world - 1, world + 1, 1000, 4097, 32768, (1 << 16) + 3};
+    std::erase(sizes, 0);
+    CheckAgainstGloo<float>(world, sizes, /*direct=*/true);
+    CheckAgainstGloo<double>(world, sizes, /*direct=*/true);
   }
 }
 
