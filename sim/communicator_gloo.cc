@@ -50,44 +50,6 @@ constexpr int64_t kDirectStagingBytes = 1024 * 1024;
 
 }  // namespace
 
-int64_t GlooCommunicator::DirectCapacity() const {
-  const int64_t per_rank = kDirectStagingBytes / std::max(1, world_) - static_cast<int64_t>(sizeof(Fingerprint));
-  const int64_t cap = std::min(direct_allreduce_bytes_, per_rank);
-  return std::max<int64_t>(0, cap / 8 * 8);
-}
-
-void GlooCommunicator::DirectExchange(const Fingerprint& mine, const void* payload, size_t bytes) {
-  // Every rank posts its receives with the same block size, fingerprint + capacity, whatever it sends itself:
-  // a peer that entered another collective sends a different length, and Gloo accepts a shorter message than
-  // the receive posted (a longer one would trip an enforce in its event loop and end the process).
-  const size_t block = sizeof(Fingerprint) + static_cast<size_t>(DirectCapacity());
-  DDPCHECK_CHECK_LE(bytes + sizeof(Fingerprint), block);
-  if (staging_.size() != block * static_cast<size_t>(world_ + 1)) staging_.assign(block * static_cast<size_t>(world_ + 1), 0);
-  // Blocks 0..W-1 receive rank r's message; block W holds this rank's outgoing message.
-  uint8_t* outgoing = staging_.data() + block * static_cast<size_t>(world_);
-  std::memcpy(outgoing, mine.data(), sizeof(Fingerprint));
-  if (bytes > 0) std::memcpy(outgoing + sizeof(Fingerprint), payload, bytes);
-  std::memcpy(staging_.data() + block * static_cast<size_t>(rank_), outgoing, sizeof(Fingerprint) + bytes);
-  if (world_ == 1) return;
-  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
-  auto recv = context_->createUnboundBuffer(staging_.data(), block * static_cast<size_t>(world_));
-  auto send = context_->createUnboundBuffer(outgoing, block);
-  for (int i = 1; i < world_; ++i) {
-    const int from = (rank_ + world_ - i) % world_;
-    recv->recv(from, slot, static_cast<size_t>(from) * block, block);
-  }
-  for (int i = 1; i < world_; ++i) send->send((rank_ + i) % world_, slot, 0, sizeof(Fingerprint) + bytes);
-  for (int i = 1; i < world_; ++i) recv->waitRecv(timeout_);
-  for (int i = 1; i < world_; ++i) send->waitSend(timeout_);
-}
-
-const uint8_t* GlooCommunicator::Received(int rank, Fingerprint* fingerprint) const {
-  const size_t block = sizeof(Fingerprint) + static_cast<size_t>(DirectCapacity());
-  const uint8_t* at = staging_.data() + block * static_cast<size_t>(rank);
-  if (fingerprint) std::memcpy(fingerprint->data(), at, sizeof(Fingerprint));
-  return at + sizeof(Fingerprint);
-}
-
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
                                    std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<gloo::Context> context,
                                    int rank, int world, std::chrono::milliseconds timeout)
@@ -100,6 +62,70 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
 
 GlooCommunicator::~GlooCommunicator() = default;
 
+size_t GlooCommunicator::DirectBlock() const {
+  const int64_t capacity = kDirectStagingBytes / std::max(1, world_) - static_cast<int64_t>(sizeof(Fingerprint));
+  return sizeof(Fingerprint) + static_cast<size_t>(std::max<int64_t>(0, capacity / 8 * 8));
+}
+
+bool GlooCommunicator::FitsDirect(int64_t bytes) const {
+  return world_ > 1 && bytes <= direct_allreduce_bytes_ &&
+         bytes + static_cast<int64_t>(sizeof(Fingerprint)) <= static_cast<int64_t>(DirectBlock());
+}
+
+void GlooCommunicator::PostDirectReceives() {
+  // Every rank posts its receives with the same block size, fingerprint + capacity, whatever it sends itself:
+  // a peer that entered another collective sends a different length, and Gloo accepts a shorter message than
+  // the receive posted (a longer one would trip an enforce in its event loop and end the process). They are
+  // posted as soon as the previous exchange's data has been used, so a peer's send usually finds its receive
+  // waiting and goes out at once instead of after a ready-to-receive notice. Two receive buffers alternate:
+  // a peer that finishes its last collective and closes its sockets fails the receives posted for an exchange
+  // that will never come, and Gloo signals that failure to their buffer, not to the one this rank may still be
+  // waiting on for the current exchange.
+  const size_t block = DirectBlock();
+  if (!recv_buffers_[0]) {
+    for (int i = 0; i < 2; ++i) {
+      incoming_[i].assign(block * static_cast<size_t>(world_), 0);
+      recv_buffers_[i] = context_->createUnboundBuffer(incoming_[i].data(), incoming_[i].size());
+    }
+    outgoing_.assign(block, 0);
+    send_buffer_ = context_->createUnboundBuffer(outgoing_.data(), outgoing_.size());
+  } else {
+    current_ ^= 1;
+  }
+  // A peer that has finished its last collective may have closed its sockets already: posting to it fails.
+  // That is no error unless an exchange follows, so the failure is kept and raised by the next exchange.
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  try {
+    for (int i = 1; i < world_; ++i) {
+      const int from = (rank_ + world_ - i) % world_;
+      recv_buffers_[current_]->recv(from, slot, static_cast<size_t>(from) * block, block);
+    }
+  } catch (...) {
+    post_failure_ = std::current_exception();
+  }
+}
+
+void GlooCommunicator::DirectExchange(const Fingerprint& mine, const void* payload, size_t bytes) {
+  if (!recv_buffers_[0]) PostDirectReceives();
+  if (post_failure_) std::rethrow_exception(post_failure_);
+  const size_t block = DirectBlock();
+  DDPCHECK_CHECK_LE(bytes + sizeof(Fingerprint), block);
+  std::memcpy(outgoing_.data(), mine.data(), sizeof(Fingerprint));
+  if (bytes > 0) std::memcpy(outgoing_.data() + sizeof(Fingerprint), payload, bytes);
+  std::memcpy(incoming_[current_].data() + block * static_cast<size_t>(rank_), outgoing_.data(),
+              sizeof(Fingerprint) + bytes);
+  const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, 0);
+  for (int i = 1; i < world_; ++i) send_buffer_->send((rank_ + i) % world_, slot, 0, sizeof(Fingerprint) + bytes);
+  for (int i = 1; i < world_; ++i) recv_buffers_[current_]->waitRecv(timeout_);
+  for (int i = 1; i < world_; ++i) send_buffer_->waitSend(timeout_);
+}
+
+const uint8_t* GlooCommunicator::Received(int rank, Fingerprint* fingerprint) const {
+  const uint8_t* at = incoming_[current_].data() + DirectBlock() * static_cast<size_t>(rank);
+  if (fingerprint) std::memcpy(fingerprint->data(), at, sizeof(Fingerprint));
+  return at + sizeof(Fingerprint);
+}
+
 Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()>& body, const DirectPayload* direct) {
   if (!broken_.ok()) {
     return Status(broken_.code(), "gloo communicator of rank " + std::to_string(rank_) +
@@ -111,17 +137,19 @@ Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()
     if (record_) recorder_->Record(rank_, record);
     if (world_ > 1 && (verify_fingerprints_ || direct)) {
       DirectExchange(FingerprintOf(record), direct ? direct->data : nullptr, direct ? direct->bytes : 0);
+      std::string mismatch;
       if (verify_fingerprints_) {
         std::vector<Fingerprint> all(static_cast<size_t>(world_));
         for (int r = 0; r < world_; ++r) Received(r, &all[static_cast<size_t>(r)]);
-        std::string mismatch = CheckFingerprints(record, rank_, all);
-        if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
+        mismatch = CheckFingerprints(record, rank_, all);
       }
-      if (direct) {
+      if (direct && mismatch.empty()) {
         std::vector<const void*> blocks(static_cast<size_t>(world_));
         for (int r = 0; r < world_; ++r) blocks[static_cast<size_t>(r)] = Received(r, nullptr);
         direct->finish(blocks);
       }
+      PostDirectReceives();  // for the next exchange, now that this one's data is used
+      if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
     }
     if (body) body();
   } catch (const std::exception& e) {
@@ -154,7 +182,7 @@ Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
   }
   CollectiveRecord rec{0, CollectiveOp::kAllReduce, buf.numel, buf.dtype, -1, what};
   std::function<void()> body;
-  if (buf.numel > 0 && world_ > 1 && buf.bytes() <= DirectCapacity()) {
+  if (buf.numel > 0 && FitsDirect(buf.bytes())) {
     // One round: every rank's buffer travels with its fingerprint; the sum runs here in the ring's order, so
     // it has the bits gloo::allreduce would give (sim/communicator_ring.h).
     DirectPayload direct{buf.data, static_cast<size_t>(buf.bytes()), [&](const std::vector<const void*>& blocks) {

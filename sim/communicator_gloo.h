@@ -17,7 +17,9 @@
 // thread-safe: one thread per rank.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +31,9 @@
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
+}
 namespace rendezvous {
 class Store;
 }
@@ -68,7 +73,7 @@ class GlooCommunicator final : public core::Communicator {
   // (timeouts then cannot name what the missing ranks entered).
   void SetFlightRecorder(bool on) { record_ = on; }
   // All-reduces of at most this many bytes per rank (capped so the staging memory stays within 1 MiB per rank:
-  // about 256 KiB at W <= 4, 16 KiB at W = 64) travel with the fingerprint in one round of direct messages (every
+  // 256 KiB at W <= 4, about 16 KiB at W = 64) travel with the fingerprint in one round of direct messages (every
   // rank sends its buffer to every other) and are summed here in the ring's order (sim/communicator_ring.h):
   // the same bits as gloo::allreduce's ring, in one network round instead of 2(W-1) dependent ones. Larger
   // ones run gloo::allreduce. 0 sends every all-reduce through gloo::allreduce. Every rank of a run must use
@@ -90,8 +95,13 @@ class GlooCommunicator final : public core::Communicator {
   // Records, exchanges fingerprints (with `direct`'s payload) and verifies them, then runs `body` (the Gloo
   // calls); turns every exception into a Status.
   core::Status Run(CollectiveRecord record, const std::function<void()>& body, const DirectPayload* direct = nullptr);
-  // Payload bytes a direct exchange carries at most (see SetDirectAllReduceBytes); the same on every rank.
-  int64_t DirectCapacity() const;
+  // A direct exchange's message size at most: the fingerprint and up to ~1 MiB / W of payload (the same on
+  // every rank, so every rank posts receives of this size).
+  size_t DirectBlock() const;
+  // Whether an all-reduce of `bytes` per rank takes the direct exchange.
+  bool FitsDirect(int64_t bytes) const;
+  // Posts this rank's receives for the next direct exchange, one per peer.
+  void PostDirectReceives();
   // One round of messages from every rank to every other: `mine` followed by `bytes` of payload.
   void DirectExchange(const Fingerprint& mine, const void* payload, size_t bytes);
   // Rank r's message of the last DirectExchange: its fingerprint, and a pointer to its payload.
@@ -109,7 +119,15 @@ class GlooCommunicator final : public core::Communicator {
   std::chrono::milliseconds timeout_;
   int64_t seq_ = 0;
   int64_t direct_allreduce_bytes_ = kDefaultDirectAllReduceBytes;
-  std::vector<uint8_t> staging_;  // W + 1 blocks: every rank's message of the last DirectExchange, then ours
+  // Direct exchanges: W blocks of DirectBlock() bytes receiving rank r's message at block r (receives for
+  // the next exchange stay posted between collectives), and this rank's outgoing message.
+  // Two receive sides alternate (see PostDirectReceives); current_ is the one the next exchange uses.
+  std::array<std::vector<uint8_t>, 2> incoming_;
+  std::vector<uint8_t> outgoing_;
+  std::array<std::unique_ptr<gloo::transport::UnboundBuffer>, 2> recv_buffers_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> send_buffer_;
+  int current_ = 0;
+  std::exception_ptr post_failure_;  // posting the next exchange's receives failed: raised by that exchange
   bool verify_fingerprints_ = true;
   bool record_ = true;
   core::Status broken_;  // the first failure; OK while usable
