@@ -30,7 +30,8 @@ Mat Random(std::mt19937_64& rng, int64_t rows, int64_t cols) {
   for (Eigen::Index k = 0; k < m.size(); ++k) m.data()[k] = 4.0 * PortableUniform(rng) - 2.0;
   return m;
 }
-void Fill(std::mt19937_64& rng, std::vector<double>* v) {
+template <class Vec>
+void Fill(std::mt19937_64& rng, Vec* v) {
   for (double& e : *v) e = 4.0 * PortableUniform(rng) - 2.0;
 }
 

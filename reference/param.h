@@ -22,6 +22,12 @@ template <class T>
 using RowVector = Eigen::Matrix<T, 1, Eigen::Dynamic>;
 
 // Called by a layer's Backward with the layer-local slot of a parameter whose gradient just became final.
+// Storage that Eigen maps: aligned to Eigen's packet alignment, so the vectorized kernels (reductions, small
+// products) peel the same leading elements in every process and run: with AVX (-march=native) a plain
+// std::vector would be 16-byte aligned or not by chance, and their summation order (the last bits) with it.
+template <class T>
+using AlignedVector = std::vector<T, Eigen::aligned_allocator<T>>;
+
 // May be empty.
 using SlotReadyFn = std::function<void(int slot)>;
 
@@ -30,8 +36,8 @@ using SlotReadyFn = std::function<void(int slot)>;
 template <class T>
 struct Param {
   std::vector<int64_t> shape;
-  std::vector<T> value;
-  std::vector<T> grad;
+  AlignedVector<T> value;
+  AlignedVector<T> grad;
   bool grad_defined = false;
 
   Param() = default;
@@ -67,7 +73,7 @@ struct Param {
 template <class T>
 struct Buffer {
   std::vector<int64_t> shape;
-  std::vector<T> value;
+  AlignedVector<T> value;
   core::DType dtype = core::DTypeOf<T>();  // num_batches_tracked: kInt64 (the value is still held in T)
 
   Buffer() = default;

@@ -22,8 +22,8 @@ Mat M(int rows, int cols, std::vector<float> v) { return Eigen::Map<Mat>(v.data(
 
 Linear<float> Lin(int64_t in, int64_t out, std::vector<float> w, std::vector<float> b, DType low) {
   Linear<float> lin(in, out, !b.empty());
-  lin.param(0)->value = std::move(w);
-  if (!b.empty()) lin.param(1)->value = std::move(b);
+  lin.param(0)->value.assign(w.begin(), w.end());
+  if (!b.empty()) lin.param(1)->value.assign(b.begin(), b.end());
   lin.SetAutocast(low);
   return lin;
 }

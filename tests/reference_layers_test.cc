@@ -27,7 +27,7 @@ void ExpectMatEq(const Mat& got, const Mat& want, double tol = 0.0) {
   }
 }
 
-std::vector<double> Grad(const Param<double>& p) { return p.grad; }
+std::vector<double> Grad(const Param<double>& p) { return {p.grad.begin(), p.grad.end()}; }
 
 // W = [[1,2],[3,4],[5,6]], b = [0.5,-1,2], x = [[1,-1],[2,0.5]].
 Linear<double> SmallLinear() {
