@@ -12,7 +12,7 @@ void ScenarioFlags::Add(CLI::App* app) {
   app->add_option("--batch-size", batch_size, "Batch size per rank");
   app->add_option("--precision", precision, "fp64 | fp32");
   app->add_option("--amp", amp, "Mixed precision: fp16 | bf16 | off");
-  app->add_option("--fault", faults, "Inject a fault NAME[@RANK][:STEP] (repeatable; see ../BUGS catalog in docs)");
+  app->add_option("--fault", faults, "Inject a fault NAME[@RANK][:STEP] (repeatable; the 22 names: docs/scenario.md#faults)");
   app->add_flag("--no-faults", no_faults, "Drop the scenario's faults");
 }
 

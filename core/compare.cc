@@ -139,12 +139,14 @@ std::string TolerancePolicy::Derivation() const {
   const double u = UnitRoundoff(precision);
   return fmt::format(
       "budget(step s) = safety * u * (n + W) * (s + 1) * max|reference values at that step and checkpoint|, with u = {:.3g} ({} unit "
-      "roundoff), n = {} (longest reduction: batch and layer widths), W = {}, safety = {}. The reference and the "
+      "roundoff), n = {} (longest reduction: batch{} and layer widths), W = {}, safety = {}. The reference and the "
       "world compute each rank's forward/backward with the same kernels; they differ only in the all-reduce's "
       "summation order, whose error is at most gamma_(W-1) = (W-1)u/(1-(W-1)u) of the summed magnitudes per "
       "step, and in its propagation through later steps (linear growth in s). Sampler indices, lr and scaler "
       "state are compared exactly.",
-      u, DTypeName(precision), reduction_length, world, safety) + AutocastDerivation();
+      u, DTypeName(precision), reduction_length,
+      global_batch ? " of every rank, which SyncBatchNorm's statistics and backward sums span," : "", world, safety) +
+      AutocastDerivation();
 }
 
 std::string TolerancePolicy::AutocastDerivation() const {
@@ -184,6 +186,10 @@ TolerancePolicy PolicyFor(const Scenario& s) {
   p.precision = s.precision;
   p.world = s.world;
   int64_t n = s.batch_size * std::max<int64_t>(1, s.ddp.no_sync_steps);
+  p.global_batch = s.world > 1 && std::any_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) {
+    return l.type == "syncbatchnorm1d" && !l.unused;
+  });
+  if (p.global_batch) n *= s.world;
   for (const auto& l : s.model) n = std::max({n, l.in_features, l.out_features, l.num_features});
   p.reduction_length = n;
   if (s.amp.enabled) {

@@ -24,6 +24,9 @@ struct TolerancePolicy {
   DType precision = DType::kFloat64;
   int world = 1;
   int64_t reduction_length = 1;  // the longest sum in a forward/backward (batch, widths)
+  // A SyncBatchNorm synchronises (W > 1): its statistics and backward sums run over every rank's rows, so the
+  // batch part of reduction_length is W * batch_size * no_sync_steps.
+  bool global_batch = false;
   double safety = 64.0;
   // AMP: the autocast type (kFloat16 / kBFloat16) every GEMM rounds to, and how many roundings to it lie on
   // the longest forward + backward path (each Linear: input, weight, output, then dY, dX, dW; each other

@@ -181,11 +181,9 @@ Status DistributedDataParallel::Backward(double loss_scale) {
   if (!armed) {
     // no_sync (or a bypassed forward): grads accumulate locally; remember which params got one, for the
     // used-map of the next synced backward (PyTorch PR #124193; the nosync-unused fault forgets them).
-    replica_->Backward(loss_scale, [this](int p) { reducer_.MarkUsedOutsideSync(p); });
-    return Status::Ok();
+    return replica_->Backward(loss_scale, [this](int p) { reducer_.MarkUsedOutsideSync(p); });
   }
-  replica_->Backward(loss_scale, [this](int p) { reducer_.MarkReady(p); });
-  if (!armed) return Status::Ok();
+  DDPCHECK_RETURN_IF_ERROR(replica_->Backward(loss_scale, [this](int p) { reducer_.MarkReady(p); }));
   return reducer_.FinishBackward();
 }
 

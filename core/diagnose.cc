@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/diagnose_syncbn.h"
 #include "core/fault_spec.h"
 
 namespace ddpcheck::core {
@@ -261,6 +262,12 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
   const Mismatch& m = *result.first;
   std::optional<Diagnosis> d = FromEvents(s, got, reference);
   const bool event_first = m.kind == "hang" || m.kind == "error";
+  const bool has_sync_bn =
+      std::any_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) { return l.type == "syncbatchnorm1d"; });
+  if (!d && !event_first && has_sync_bn && m.kind == "reference-divergent") {
+    // Before the rules below: uneven batches with SyncBatchNorm also move the loss and gradients.
+    d = DiagnoseSyncBnMerge(s, got, reference, m);
+  }
   if (!d && !event_first) {
     switch (m.key.checkpoint) {
       case Checkpoint::kInit: {

@@ -59,6 +59,11 @@ Status ToLayer(const nlohmann::json& j, size_t i, LayerSpec* l, std::string* uns
   } else if (l->type == "dropout") {
     l->p = j.value("p", 0.5);
     if (l->p > 0) *unsupported = fmt::format("model layer {} is Dropout(p={}): torch's random masks cannot be replayed", i, l->p);
+  } else if (l->type == "syncbatchnorm1d") {
+    return Status::Invalid(fmt::format(
+        "/model/{}/type: SyncBatchNorm is not supported by torch-compare: torch 1.13 runs it only on CUDA (DDP "
+        "raises \"SyncBatchNorm layers only work with GPU modules\" on CPU), so a CPU dump cannot replay it; check "
+        "the model with `ddpcheck run` on a scenario with a syncbatchnorm1d layer instead", i));
   } else if (l->type != "relu" && l->type != "tanh") {
     return Status::Invalid(fmt::format("/model/{}/type: unknown layer type '{}'", i, l->type));
   }

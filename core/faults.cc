@@ -26,10 +26,15 @@ bool ScenarioHasFault(const Scenario& s, const std::string& name) {
   return std::any_of(s.faults.begin(), s.faults.end(), [&](const FaultSpec& f) { return f.name == name; });
 }
 
+bool UnevenSplit(const Scenario& s) {
+  return s.sampler.uneven_split || ScenarioHasFault(s, "uneven-shard-mean") ||
+         ScenarioHasFault(s, "syncbn-unequal-counts");
+}
+
 PlanOptions SetupPlanOptions(const Scenario& s, int rank) {
   PlanOptions o = DefaultPlanOptions(s);
-  // uneven-shard-mean: the user split the data unevenly, so ranks other than 0 have one sample fewer.
-  if (ScenarioHasFault(s, "uneven-shard-mean") && rank > 0) o.trim_last_sample = true;
+  // The user split the data unevenly, so ranks other than 0 have one sample fewer.
+  if (UnevenSplit(s) && rank > 0) o.trim_last_sample = true;
   return o;
 }
 
@@ -106,21 +111,17 @@ bool RankFaults::ClipBeforeUnscaleAt(int64_t step) const {
   return false;
 }
 
-Status ModelScenarioForRank(const Scenario& s, int rank, Scenario* out) {
-  if (ScenarioHasFault(s, "syncbn-unequal-counts")) {
-    *out = s;
-    return Status::Ok();
-  }
-  return ScenarioForRank(s, rank, out);
-}
+Status ModelScenarioForRank(const Scenario& s, int rank, Scenario* out) { return ScenarioForRank(s, rank, out); }
 
 bool SameDropoutSeed(const Scenario& s) { return ScenarioHasFault(s, "same-dropout-seed"); }
 
 Status ScenarioForRank(const Scenario& s, int rank, Scenario* out) {
   *out = s;
-  if (ScenarioHasFault(s, "syncbn-unequal-counts")) {
-    return Status::Invalid("fault syncbn-unequal-counts is not supported yet: it needs a SyncBatchNorm layer, "
-                           "which ddpcheck's models do not have; remove it from the scenario");
+  if (ScenarioHasFault(s, "syncbn-unequal-counts") &&
+      std::none_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) { return l.type == "syncbatchnorm1d"; })) {
+    return Status::Invalid("fault syncbn-unequal-counts needs a syncbatchnorm1d layer in the model (it corrupts "
+                           "SyncBatchNorm's merge of the ranks' statistics); this scenario has none: turn a "
+                           "batchnorm1d into {\"type\": \"syncbatchnorm1d\", ...}, or drop the fault");
   }
   for (const auto& f : s.faults) {
     if (f.name != "unused-param" && f.name != "different-forward-path") continue;

@@ -3,7 +3,7 @@
 // RANK limits it to one rank (a fault whose catalog row is per-rank defaults to the last rank, W-1; the others
 // touch every rank), STEP makes it start at that optimizer step (default: from the start).
 // The reference never sees faults (it is the oracle), except for what describes the user's setup rather than
-// a bug: the uneven data split of uneven-shard-mean (see SetupPlanOptions).
+// a bug: the uneven data split of uneven-shard-mean and syncbn-unequal-counts (see SetupPlanOptions).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,16 @@ struct RankFaults {
 };
 RankFaults FaultsForRank(const Scenario& s, int rank);
 
-// The plan options of the user's setup for `rank` (faults aside): the uneven split of uneven-shard-mean.
+// The plan options of the user's setup for `rank` (faults aside): an uneven split (sampler.uneven_split, or
+// the faults uneven-shard-mean and syncbn-unequal-counts, whose rows describe one) trims ranks 1..W-1.
 PlanOptions SetupPlanOptions(const Scenario& s, int rank);
+// Whether the scenario's data split is uneven (see SetupPlanOptions).
+bool UnevenSplit(const Scenario& s);
 bool ScenarioHasFault(const Scenario& s, const std::string& name);
 
 // The scenario rank `rank`'s replica is built from: model-changing faults applied (unused-param: a layer
-// with in == out is skipped on every rank; different-forward-path@R: skipped on rank R only).
+// with in == out is skipped on every rank; different-forward-path@R: skipped on rank R only). Fails when a
+// fault needs a layer the model lacks (syncbn-unequal-counts: a syncbatchnorm1d).
 Status ScenarioForRank(const Scenario& s, int rank, Scenario* out);
 // The same transforms as they describe the user's model (used by the reference for each rank's copy).
 Status ModelScenarioForRank(const Scenario& s, int rank, Scenario* out);

@@ -10,15 +10,18 @@
 
 namespace ddpcheck::core {
 
+// "batchnorm1d" or "syncbatchnorm1d": the layer types with BatchNorm's keys, parameters and buffers.
+bool IsBatchNormType(const std::string& type);
+
 struct NamedShape {
   std::string name;  // "0.weight"
   std::vector<int64_t> shape;
 };
 
-// module.parameters() order: per layer, Linear weight (out, in) then bias (out); BatchNorm1d (affine) weight
-// (F) then bias (F). Names "<layer index>.<name>".
+// module.parameters() order: per layer, Linear weight (out, in) then bias (out); BatchNorm1d and
+// SyncBatchNorm (affine) weight (F) then bias (F). Names "<layer index>.<name>".
 std::vector<NamedShape> ModelParameters(const std::vector<LayerSpec>& model);
-// named_buffers() order: BatchNorm1d with track_running_stats: running_mean (F), running_var (F),
+// named_buffers() order: BatchNorm1d and SyncBatchNorm with track_running_stats: running_mean (F), running_var (F),
 // num_batches_tracked () (an int64 scalar in torch).
 std::vector<NamedShape> ModelBuffers(const std::vector<LayerSpec>& model);
 // The input width: the first linear layer's in_features, or the first batchnorm's num_features when it comes

@@ -10,6 +10,7 @@
 
 #include "core/scenario.h"
 #include "core/status.h"
+#include "core/sync_bn_group.h"
 #include "core/tensor.h"
 
 namespace ddpcheck::core {
@@ -58,8 +59,14 @@ class Replica {
   virtual Status Forward(const Batch& batch, double* loss) = 0;
   // Backward of (loss * loss_scale). Accumulates into the grads (autograd's +=; an undefined grad becomes
   // defined) and calls on_ready(i) for each parameter reached by the backward, in autograd's order.
-  // Parameters the loss does not depend on are neither touched nor reported.
-  virtual void Backward(double loss_scale, const GradReadyFn& on_ready) = 0;
+  // Parameters the loss does not depend on are neither touched nor reported. Fails only when a collective
+  // inside the model does (SyncBatchNorm's, see SetSyncBnGroup).
+  virtual Status Backward(double loss_scale, const GradReadyFn& on_ready) = 0;
+  // The group the model's syncbatchnorm1d layers synchronise over in training (not owned; it must outlive
+  // every later Forward and Backward; nullptr detaches). The training loop sets it before DDP construction,
+  // over the rank's Communicator, so those collectives run in the model's order between DDP's own. A replica
+  // that cannot run such layers returns an error saying so; one whose model has none ignores the group.
+  virtual Status SetSyncBnGroup(SyncBnGroup* group) = 0;
   // optimizer.zero_grad(set_to_none).
   virtual void ZeroGrad(bool set_to_none) = 0;
 

@@ -17,16 +17,16 @@ namespace ddpcheck::core {
 // One layer of a Sequential model. Parameters are registered in torch's order and named "<index>.<name>"
 // ("0.weight", "0.bias", "1.running_mean", ...), index = position in the layer list.
 struct LayerSpec {
-  std::string type;          // "linear", "relu", "tanh", "batchnorm1d", "dropout"
+  std::string type;          // "linear", "relu", "tanh", "batchnorm1d", "syncbatchnorm1d", "dropout"
   int64_t in_features = 0;   // linear
   int64_t out_features = 0;  // linear
   bool bias = true;          // linear
-  int64_t num_features = 0;  // batchnorm1d
-  double eps = 1e-5;         // batchnorm1d
-  double momentum = 0.1;     // batchnorm1d; momentum_none = cumulative average (torch momentum=None)
+  int64_t num_features = 0;  // batchnorm1d, syncbatchnorm1d (and their other keys below)
+  double eps = 1e-5;
+  double momentum = 0.1;  // momentum_none = cumulative average (torch momentum=None)
   bool momentum_none = false;
-  bool affine = true;               // batchnorm1d
-  bool track_running_stats = true;  // batchnorm1d
+  bool affine = true;
+  bool track_running_stats = true;
   double p = 0.5;                   // dropout
   // For the unused-parameter faults: a layer that exists (its parameters are registered) but whose output
   // is not used in the loss on the listed ranks (empty + unused=true: on every rank).
@@ -65,6 +65,9 @@ struct SamplerSpec {
   uint64_t seed = 0;
   bool drop_last = false;
   bool set_epoch = true;  // whether the training loop calls sampler.set_epoch(epoch)
+  // The user's data split is uneven: every rank but 0 loses the last sample of its shard each epoch (a
+  // sampler without DistributedSampler's padding), so the ranks' last batches differ in size.
+  bool uneven_split = false;
 };
 
 struct DdpSpec {

@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "core/json_reader.h"
+#include "core/model_spec.h"
 #include "core/npy.h"
 #include "core/scenario_parse.h"
 #include "core/suggest.h"
@@ -12,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kLayerTypes = {"linear", "relu", "tanh", "batchnorm1d", "dropout"};
+const std::vector<std::string> kLayerTypes = {"linear", "relu", "tanh", "batchnorm1d", "syncbatchnorm1d", "dropout"};
 
 // "unused": true | false | [ranks].
 Status ParseUnused(const JsonObject& o, LayerSpec* l) {
@@ -45,7 +46,7 @@ Status ParseLayer(const json& v, const std::string& path, LayerSpec* l) {
   std::vector<std::string> keys;
   if (l->type == "linear") {
     keys = {"type", "in", "out", "bias", "unused", "only_micro_step"};
-  } else if (l->type == "batchnorm1d") {
+  } else if (IsBatchNormType(l->type)) {
     keys = {"type", "features", "eps", "momentum", "affine", "track_running_stats", "unused", "only_micro_step"};
   } else if (l->type == "dropout") {
     keys = {"type", "p", "unused", "only_micro_step"};
@@ -63,8 +64,8 @@ Status ParseLayer(const json& v, const std::string& path, LayerSpec* l) {
     DDPCHECK_RETURN_IF_ERROR(o.Int("in", &l->in_features));
     DDPCHECK_RETURN_IF_ERROR(o.Int("out", &l->out_features));
     DDPCHECK_RETURN_IF_ERROR(o.Bool("bias", &l->bias));
-  } else if (l->type == "batchnorm1d") {
-    DDPCHECK_RETURN_IF_ERROR(o.Require("features", "a batchnorm1d layer needs \"features\" (num_features)"));
+  } else if (IsBatchNormType(l->type)) {
+    DDPCHECK_RETURN_IF_ERROR(o.Require("features", "a " + l->type + " layer needs \"features\" (num_features)"));
     DDPCHECK_RETURN_IF_ERROR(o.Int("features", &l->num_features));
     DDPCHECK_RETURN_IF_ERROR(o.Double("eps", &l->eps));
     if (o.Has("momentum") && o.At("momentum").is_null()) {

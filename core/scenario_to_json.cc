@@ -18,7 +18,7 @@ json LayerToJson(const LayerSpec& l) {
     j["in"] = l.in_features;
     j["out"] = l.out_features;
     j["bias"] = l.bias;
-  } else if (l.type == "batchnorm1d") {
+  } else if (l.type == "batchnorm1d" || l.type == "syncbatchnorm1d") {
     j["features"] = l.num_features;
     j["eps"] = l.eps;
     j["momentum"] = l.momentum_none ? json(nullptr) : json(l.momentum);
@@ -115,7 +115,8 @@ json ScenarioToJson(const Scenario& s) {
   j["sampler"] = {{"shuffle", s.sampler.shuffle},
                   {"seed", s.sampler.seed},
                   {"drop_last", s.sampler.drop_last},
-                  {"set_epoch", s.sampler.set_epoch}};
+                  {"set_epoch", s.sampler.set_epoch},
+                  {"uneven_split", s.sampler.uneven_split}};
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
               {"first_bucket_bytes", s.ddp.first_bucket_bytes},
               {"broadcast_buffers", s.ddp.broadcast_buffers},

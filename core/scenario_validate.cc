@@ -1,10 +1,13 @@
 // ValidateScenario and the training-loop checks (CheckTraining).
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "core/fault_spec.h"
+#include "core/faults.h"
 #include "core/json_reader.h"
+#include "core/sampler.h"
 #include "core/scenario_checks.h"
 
 namespace ddpcheck::core {
@@ -113,6 +116,33 @@ Status CheckFaults(const Scenario& s) {
   return Status::Ok();
 }
 
+// An uneven split trims ranks 1..W-1 by one sample per epoch: every rank must still run as many optimizer
+// steps, or rank 0 would wait for the others in a collective (that is BUGS.md's uneven-batches, not a setup).
+Status CheckUnevenSplit(const Scenario& s) {
+  if (!UnevenSplit(s) || s.world < 2) return Status::Ok();
+  SamplerConfig cfg;
+  cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
+  cfg.world = s.world;
+  cfg.drop_last = s.sampler.drop_last;
+  if (cfg.n < 1) return Status::Ok();  // reported by the data checks
+  const std::string path = s.sampler.uneven_split ? "/sampler/uneven_split" : "/faults";
+  const int64_t shard = NumSamples(cfg);
+  if (shard < 2) {
+    return Status::Invalid(fmt::format("{}: an uneven split takes one sample from ranks 1..{}, whose shards hold "
+                                       "only {}; use more samples", path, s.world - 1, shard));
+  }
+  const int64_t k = std::max<int64_t>(1, s.ddp.no_sync_steps);
+  auto steps = [&](int64_t rows) { return (rows + s.batch_size - 1) / s.batch_size / k; };
+  if (steps(shard) != steps(shard - 1)) {
+    return Status::Invalid(fmt::format(
+        "{}: an uneven split leaves rank 0 {} samples ({} optimizer steps per epoch) and the other ranks {} ({} "
+        "steps) with batch_size {} and no_sync_steps {}: rank 0 would wait forever in a collective (BUGS.md "
+        "uneven-batches); change samples or batch_size so that both make as many steps",
+        path, shard, steps(shard), shard - 1, steps(shard - 1), s.batch_size, k));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckTraining(const Scenario& s) {
@@ -139,7 +169,8 @@ Status CheckTraining(const Scenario& s) {
     DDPCHECK_RETURN_IF_ERROR(CheckScheduler(s.schedulers[i], JsonPath("/schedulers", i)));
   }
   DDPCHECK_RETURN_IF_ERROR(CheckAmp(s));
-  return CheckFaults(s);
+  DDPCHECK_RETURN_IF_ERROR(CheckFaults(s));
+  return CheckUnevenSplit(s);
 }
 
 Status ValidateScenario(const Scenario& s) {

@@ -35,7 +35,7 @@ Status CheckLayer(const Scenario& s, size_t i, int64_t* width, std::string* widt
     DDPCHECK_RETURN_IF_ERROR(must_match("in", l.in_features));
     *width = l.out_features;
     *width_from = "the output width of " + path;
-  } else if (l.type == "batchnorm1d") {
+  } else if (IsBatchNormType(l.type)) {
     if (l.num_features < 1) return ValueError(JsonPath(path, "features"), "must be >= 1", l.num_features);
     DDPCHECK_RETURN_IF_ERROR(must_match("features", l.num_features));
     if (!(l.eps > 0)) return ValueError(JsonPath(path, "eps"), "must be > 0", l.eps);
@@ -51,7 +51,13 @@ Status CheckLayer(const Scenario& s, size_t i, int64_t* width, std::string* widt
     }
   } else if (l.type != "relu" && l.type != "tanh") {
     return Status::Invalid(JsonPath(path, "type") + ": unknown layer type '" + l.type +
-                           "'; expected one of linear, relu, tanh, batchnorm1d, dropout");
+                           "'; expected one of linear, relu, tanh, batchnorm1d, syncbatchnorm1d, dropout");
+  }
+  if (l.type == "syncbatchnorm1d" && !l.unused_on_ranks.empty()) {
+    return Status::Invalid(JsonPath(path, "unused") +
+                           ": a syncbatchnorm1d cannot be unused on some ranks only: its collectives run on every "
+                           "rank that runs it, so the others would wait forever; use true (unused everywhere) or "
+                           "false");
   }
   for (size_t k = 0; k < l.unused_on_ranks.size(); ++k) {
     int r = l.unused_on_ranks[k];
@@ -118,7 +124,9 @@ Status CheckModelAndData(const Scenario& s) {
     width_from = "the width of " + DataPath(d, "x");
   }
   for (size_t i = 0; i < s.model.size(); ++i) DDPCHECK_RETURN_IF_ERROR(CheckLayer(s, i, &width, &width_from));
-  if (width < 1) return Status::Invalid("/model: has no linear or batchnorm1d layer to fix the feature width");
+  if (width < 1) {
+    return Status::Invalid("/model: has no linear, batchnorm1d or syncbatchnorm1d layer to fix the feature width");
+  }
   return Loaded(d) ? CheckLoadedData(s, width) : CheckSyntheticData(s, width);
 }
 

@@ -8,6 +8,7 @@
 #include "core/lr_scheduler.h"
 #include "core/plan.h"
 #include "core/recorder.h"
+#include "core/sync_bn_comm.h"
 
 namespace ddpcheck::core {
 
@@ -29,9 +30,25 @@ Tensor IndicesTensor(const std::vector<std::vector<int64_t>>& micro_batches) {
   return Tensor(DType::kInt64, {n}, std::move(v));
 }
 
+// Records what the model's SyncBatchNorm layers all-gathered in the last forward ("<layer>.gathered_stats",
+// (W, 2C + 1) [mean, invstd, count] per rank): evidence for the diagnosis, which the reference does not have.
+void RecordGathered(CommSyncBnGroup* group, const std::string& suffix, const StepRecorder* rec) {
+  for (auto& [layer, t] : group->TakeGathered()) {
+    rec->Record(Checkpoint::kLoss, std::to_string(layer) + ".gathered_stats" + suffix, std::move(t));
+  }
+}
+
 Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* comm, StepRecorder* rec,
                 const RankRunOptions& opts) {
   const RankFaults faults = FaultsForRank(s, rank);
+  // SyncBatchNorm's collectives go through this rank's Communicator, between DDP's own.
+  CommSyncBnGroup sync_bn(comm, faults.Has("syncbn-unequal-counts") ? SyncBnWeighting::kPlainAverage
+                                                                     : SyncBnWeighting::kByCount);
+  DDPCHECK_RETURN_IF_ERROR(replica->SetSyncBnGroup(&sync_bn));
+  struct Detach {
+    Replica* r;
+    ~Detach() { (void)r->SetSyncBnGroup(nullptr); }
+  } detach{replica};
   DistributedDataParallel ddp(replica, comm, s.ddp);
   rec->set_step(0);
   DDPCHECK_RETURN_IF_ERROR(ddp.Init(rec, faults.DdpAt(0)).Prefixed("DDP construction"));
@@ -52,9 +69,12 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
     for (size_t m = 0; m < k; ++m) {
       Batch batch = MakeBatch(s.data.x, s.data.y, p.micro_batches[m]);
       batch.micro_step = static_cast<int64_t>(m);
+      sync_bn.SetContext(p.step, static_cast<int64_t>(m), static_cast<int64_t>(k));
       double loss = 0.0;
       DDPCHECK_RETURN_IF_ERROR(ddp.Forward(batch, /*no_sync=*/m + 1 < k, rec, ddp_faults, &loss));
-      rec->Record(Checkpoint::kLoss, k == 1 ? "loss" : "loss." + std::to_string(m), Tensor::Scalar(loss, s.precision));
+      const std::string suffix = k == 1 ? "" : "." + std::to_string(m);
+      rec->Record(Checkpoint::kLoss, "loss" + suffix, Tensor::Scalar(loss, s.precision));
+      RecordGathered(&sync_bn, suffix, rec);
       // scaler.scale(loss).backward(): the loss's gradient starts at the scale (times the loss fault's factor).
       const double loss_scale = s.amp.enabled ? static_cast<double>(scaler.scale()) : 1.0;
       DDPCHECK_RETURN_IF_ERROR(ddp.Backward(loss_scale * faults.LossFactorAt(p.step)));

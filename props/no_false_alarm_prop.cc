@@ -1,8 +1,11 @@
-// With no fault injected, the harness never raises an alarm: random clean scenarios (models, W, batch sizes,
-// bucket caps, no_sync windows, AMP on/off) pass sim-vs-reference and every rank invariant.
+// With no fault injected, the harness never raises an alarm: random clean scenarios (models with BatchNorm or
+// SyncBatchNorm, W, batch sizes, uneven splits, bucket caps, no_sync windows, AMP on/off) pass sim-vs-reference
+// and every rank invariant.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "core/report.h"
 #include "core/scenario.h"
@@ -26,10 +29,12 @@ core::Scenario RandomCleanScenario() {
   const auto hidden = *rc::gen::inRange<int64_t>(1, 9);
   const auto out = *rc::gen::inRange<int64_t>(1, 5);
   s.model.push_back(Linear(in, hidden));
-  if (*rc::gen::arbitrary<bool>()) {
+  const bool has_bn = *rc::gen::arbitrary<bool>();
+  if (has_bn) {
     core::LayerSpec bn;
-    bn.type = "batchnorm1d";
+    bn.type = *rc::gen::element<std::string>("batchnorm1d", "syncbatchnorm1d");
     bn.num_features = hidden;
+    bn.momentum_none = *rc::gen::arbitrary<bool>();
     s.model.push_back(bn);
   }
   core::LayerSpec act;
@@ -50,6 +55,9 @@ core::Scenario RandomCleanScenario() {
   s.data.seed = *rc::gen::inRange<uint64_t>(0, 1000);
   // Enough rows that every micro-batch holds >= 2 samples (BatchNorm) for two optimizer steps.
   s.data.samples = static_cast<int64_t>(s.world) * s.batch_size * s.ddp.no_sync_steps * 2;
+  // An uneven split (ranks 1..W-1 one sample short): their last micro-batch holds batch_size - 1 rows, which
+  // must stay >= 2 for a BatchNorm (or a SyncBatchNorm with W = 1).
+  s.sampler.uneven_split = *rc::gen::arbitrary<bool>() && (!has_bn || s.batch_size >= 3);
   s.init.seeds = {*rc::gen::inRange<uint64_t>(0, 1000)};
   s.optimizer.lr = 0.05;
   s.optimizer.momentum = *rc::gen::element(0.0, 0.9);
@@ -72,10 +80,12 @@ RC_GTEST_PROP(NoFalseAlarm, RandomCleanScenariosPassEveryCheck, ()) {
   core::RunReport report;
   const core::Status st = sim::RunCheck(s, opts, &report);
   RC_ASSERT(st.ok());
-  if (!report.pass()) RC_LOG() << core::FormatTerminal(report);
+  if (!report.pass()) RC_LOG() << core::ScenarioToJson(s).dump() << "\n" << core::FormatTerminal(report);
   RC_ASSERT(report.pass());
   RC_ASSERT(report.steps > 0);
   RC_CLASSIFY(s.amp.enabled, "amp");
+  RC_CLASSIFY(!s.model.empty() && s.model[1].type == "syncbatchnorm1d", "syncbn");
+  RC_CLASSIFY(s.sampler.uneven_split, "uneven split");
   RC_CLASSIFY(s.world > 2, "W>2");
 }
 

@@ -259,6 +259,11 @@ core::Status CudaReplica::Create(const RankSetup& setup, const core::OptimizerSp
       }
       if (im.in_width < 0) im.in_width = spec.num_features;
       im.out_width = spec.num_features;
+    } else if (spec.type == "syncbatchnorm1d") {
+      return core::Status::Invalid(fmt::format(
+          "CudaReplica: layer {} is a syncbatchnorm1d, which the GPU world does not implement (its statistics would "
+          "need an NCCL all-gather inside forward and an all-reduce inside backward); check this model on the CPU "
+          "world (`ddpcheck run`, which runs SyncBatchNorm over Gloo), or use batchnorm1d on the GPU", li));
     } else if (spec.type == "relu") {
       L.kind = Kind::kRelu;
     } else if (spec.type == "tanh") {
@@ -497,10 +502,11 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
   return core::Status::Ok();
 }
 
-void CudaReplica::Backward(double loss_scale, const core::GradReadyFn& on_ready) {
+core::Status CudaReplica::Backward(double loss_scale, const core::GradReadyFn& on_ready) {
   ctx_->Activate();
   if (dtype_ == core::DType::kFloat64) BackwardT<double>(loss_scale, on_ready);
   else BackwardT<float>(loss_scale, on_ready);
+  return core::Status::Ok();
 }
 
 template <typename T>

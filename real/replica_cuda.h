@@ -65,7 +65,9 @@ class CudaReplica final : public core::Replica {
 
   void SetTraining(bool training) override { training_ = training; }
   core::Status Forward(const core::Batch& batch, double* loss) override;
-  void Backward(double loss_scale, const core::GradReadyFn& on_ready) override;
+  core::Status Backward(double loss_scale, const core::GradReadyFn& on_ready) override;
+  // The GPU world has no SyncBatchNorm (construction rejects syncbatchnorm1d), so there is nothing to attach.
+  core::Status SetSyncBnGroup(core::SyncBnGroup*) override { return core::Status::Ok(); }
   void ZeroGrad(bool set_to_none) override;
 
   core::Span Allocate(int64_t numel, core::DType dtype) override;

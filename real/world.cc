@@ -37,6 +37,17 @@ core::Status MakeCudaReplica(const core::Scenario& s, const RealOptions& opts, i
   return CudaReplica::Create(setup, s.optimizer, math, ctx, out);
 }
 
+core::Status CheckModelRunsOnGpu(const core::Scenario& s) {
+  for (size_t i = 0; i < s.model.size(); ++i) {
+    if (s.model[i].type != "syncbatchnorm1d") continue;
+    return core::Status::Invalid(fmt::format(
+        "/model/{}: syncbatchnorm1d is not implemented by the GPU world (real/): SyncBatchNorm would need an NCCL "
+        "all-gather inside forward and an all-reduce inside backward; check this model on the CPU world (`ddpcheck "
+        "run`, which runs SyncBatchNorm over Gloo), or use batchnorm1d on the GPU", i));
+  }
+  return core::Status::Ok();
+}
+
 namespace {
 
 void FillMeta(const core::Scenario& s, const RealOptions& opts, core::Trace* out) {
@@ -113,6 +124,7 @@ core::Status RunOneRank(const core::Scenario& s, const RealOptions& opts, int ra
 }  // namespace
 
 core::Status RunReal(const core::Scenario& s, const RealOptions& opts, core::Trace* out, core::Status* finding) {
+  DDPCHECK_RETURN_IF_ERROR(CheckModelRunsOnGpu(s));
   DDPCHECK_RETURN_IF_ERROR(RequireDevice());
   if (opts.comm != "nccl" && opts.comm != "hybrid") {
     return core::Status::Invalid("unknown GPU communicator '" + opts.comm + "': expected nccl or hybrid");
@@ -146,6 +158,7 @@ core::Status RunReal(const core::Scenario& s, const RealOptions& opts, core::Tra
 
 core::Status RunRealRank(const core::Scenario& s, const RealOptions& opts, int rank, std::shared_ptr<KvStore> store,
                          core::Trace* out) {
+  DDPCHECK_RETURN_IF_ERROR(CheckModelRunsOnGpu(s));
   DDPCHECK_RETURN_IF_ERROR(RequireDevice());
   if (opts.comm != "nccl") return core::Status::Invalid("ranks as processes run over nccl only");
   const int devices = DeviceCount();

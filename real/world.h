@@ -40,6 +40,10 @@ core::Status RequireDevice();
 // The device rank `rank` runs on.
 int DeviceForRank(const std::string& comm, int rank, int device_count);
 
+// Ok when the GPU world can run the scenario's model; a syncbatchnorm1d layer is refused (not implemented),
+// naming the layer and pointing at the CPU world. RunReal and RunRealRank check it before looking for a device.
+core::Status CheckModelRunsOnGpu(const core::Scenario& s);
+
 // Builds rank `rank`'s replica on ctx's device.
 core::Status MakeCudaReplica(const core::Scenario& s, const RealOptions& opts, int rank, DeviceContext* ctx,
                              std::unique_ptr<CudaReplica>* out);

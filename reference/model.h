@@ -3,7 +3,8 @@
 //
 // Naming follows torch's state_dict: parameters "<layer index>.weight" / ".bias" in module.parameters()
 // order, buffers "<i>.running_mean", "<i>.running_var", "<i>.num_batches_tracked" (dtype int64, value held in
-// T) in named_buffers() order. A Model is a plain value: copying it makes an independent rank replica.
+// T) in named_buffers() order. A Model is a plain value: copying it makes an independent rank replica (the
+// SyncBnGroup pointer, which the model does not own, is copied as is).
 #pragma once
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "core/replica.h"
 #include "core/scenario.h"
 #include "core/status.h"
+#include "core/sync_bn_group.h"
 #include "core/tensor.h"
 #include "reference/activations.h"
 #include "reference/batchnorm.h"
@@ -27,13 +29,14 @@
 #include "reference/loss.h"
 #include "reference/model_spec.h"
 #include "reference/param.h"
+#include "reference/sync_batchnorm.h"
 
 namespace ddpcheck::ref {
 
 template <class T>
 class Model {
  public:
-  using Layer = std::variant<Linear<T>, ReLU<T>, Tanh<T>, BatchNorm1d<T>, Dropout<T>>;
+  using Layer = std::variant<Linear<T>, ReLU<T>, Tanh<T>, BatchNorm1d<T>, Dropout<T>, SyncBatchNorm1d<T>>;
 
   Model() = default;  // empty; use Build
 
@@ -89,6 +92,10 @@ class Model {
   std::optional<core::DType> autocast() const { return autocast_; }
   // Reseeds the generator all Dropout masks are drawn from (one draw per element, layer by layer).
   void SetDropoutSeed(uint64_t seed) { dropout_rng_.seed(seed); }
+  // The ranks SyncBatchNorm1d layers synchronise with in training (not owned; must outlive every Forward and
+  // Backward). nullptr (the default) or a group of one rank: they behave as BatchNorm1d.
+  void SetSyncBnGroup(core::SyncBnGroup* group) { sync_group_ = group; }
+  core::SyncBnGroup* sync_bn_group() const { return sync_group_; }
 
   // ---- values ----
   // torch-like initialisation from std::mt19937_64(seed). Layers in order; for each Linear its weight in
@@ -104,18 +111,23 @@ class Model {
 
   // ---- training ----
   // Ok when Forward(x, y) may run: x is (B, widths().in) with B >= 1 (B >= 2 when a BatchNorm uses batch
-  // statistics); y is (B, widths().out) for mse, (B) integral class ids in [0, widths().out) for
+  // statistics of this batch alone, as a SyncBatchNorm does that does not synchronise); y is (B, widths().out) for mse, (B) integral class ids in [0, widths().out) for
   // cross_entropy. Errors say which and how the shapes differ.
   core::Status CheckInputs(const Matrix<T>& x, const core::Tensor& y) const;
-  // Forward of the whole model and the loss; returns the loss and records what Backward needs. Inputs must
-  // pass CheckInputs (a CheckError otherwise).
+  // Forward of the whole model and the loss: *loss = the loss; records what Backward needs. Inputs must pass
+  // CheckInputs (a CheckError otherwise). Fails only when a SyncBatchNorm1d's group does (a collective that
+  // timed out or mismatched); the model is then left mid-forward and must not be backpropagated.
+  core::Status Forward(const Matrix<T>& x, const core::Tensor& y, T* loss);
+  // The same for a model whose Forward cannot fail (no syncing group): returns the loss, CheckError otherwise.
   T Forward(const Matrix<T>& x, const core::Tensor& y);
   // Backward of (loss * loss_scale) through the last Forward. Accumulates into grads (an undefined grad
   // becomes defined) and calls on_ready(param index) as each parameter's grad becomes final, in autograd's
   // hook order: layers last to first, Linear bias before weight, BatchNorm weight before bias. Bypassed
   // layers pass the gradient through; their parameters get no grad and no on_ready. on_ready may be empty.
-  void Backward(T loss_scale, const core::GradReadyFn& on_ready);
-  // d(loss * loss_scale)/dx from the last Backward: (B, widths().in).
+  // Fails only when a SyncBatchNorm1d's group does.
+  core::Status Backward(T loss_scale, const core::GradReadyFn& on_ready);
+  // d(loss * loss_scale)/dx from the last Backward: (B, widths().in). Zeros below a syncing SyncBatchNorm1d
+  // that no parameter precedes (torch computes no input gradient there).
   const Matrix<T>& input_grad() const { return input_grad_; }
   // The input layer `layer` received (or was bypassed with) in the last Forward.
   const Matrix<T>& layer_input(int layer) const { return inputs_.at(static_cast<size_t>(layer)); }
@@ -165,6 +177,7 @@ class Model {
   bool training_ = true;
   int rank_ = 0;
   std::mt19937_64 dropout_rng_{0};
+  core::SyncBnGroup* sync_group_ = nullptr;
   void RoundToAutocast(Matrix<T>* m) const;  // rounds to *autocast_ (float only)
   std::optional<core::DType> autocast_;
   bool has_forward_ = false;

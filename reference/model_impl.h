@@ -28,13 +28,14 @@ typename Model<T>::Layer Model<T>::MakeLayer(const core::LayerSpec& spec) {
   if (spec.type == "relu") return ReLU<T>();
   if (spec.type == "tanh") return Tanh<T>();
   if (spec.type == "dropout") return Dropout<T>(spec.p);
-  DDPCHECK_CHECK_EQ(spec.type, std::string("batchnorm1d"));
   BatchNormOptions o;
   o.eps = spec.eps;
   o.momentum = spec.momentum;
   o.momentum_none = spec.momentum_none;
   o.affine = spec.affine;
   o.track_running_stats = spec.track_running_stats;
+  if (spec.type == "syncbatchnorm1d") return SyncBatchNorm1d<T>(spec.num_features, o);
+  DDPCHECK_CHECK_EQ(spec.type, std::string("batchnorm1d"));
   return BatchNorm1d<T>(spec.num_features, o);
 }
 
@@ -113,6 +114,8 @@ void Model<T>::InitFromSeed(uint64_t seed, bool exact) {
       }
     } else if (auto* bn = std::get_if<BatchNorm1d<T>>(&layer)) {
       bn->ResetParameters();
+    } else if (auto* sbn = std::get_if<SyncBatchNorm1d<T>>(&layer)) {
+      sbn->ResetParameters();
     }
   }
 }
@@ -169,11 +172,17 @@ core::Status Model<T>::CheckInputs(const Matrix<T>& x, const core::Tensor& y) co
     }
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (bypassed_[i] || batch >= 2) continue;
     const auto* bn = std::get_if<BatchNorm1d<T>>(&layers_[i]);
-    if (bn != nullptr && !bypassed_[i] && bn->UsesBatchStats() && batch < 2) {
+    const auto* sbn = std::get_if<SyncBatchNorm1d<T>>(&layers_[i]);
+    // A syncing SyncBatchNorm takes statistics over every rank's rows: one row here is enough (torch raises
+    // only for a single value with world < 2).
+    const bool local_stats = (bn != nullptr && bn->UsesBatchStats()) ||
+                             (sbn != nullptr && sbn->UsesBatchStats() && !sbn->Syncs(sync_group_));
+    if (local_stats) {
       return core::Status::Invalid(fmt::format(
-          "model input: layer {} (batchnorm1d) needs more than 1 value per channel with batch statistics, got a "
-          "batch of {}", i, batch));
+          "model input: layer {} ({}) needs more than 1 value per channel with batch statistics, got a batch of {}",
+          i, specs_[i].type, batch));
     }
   }
   return core::Status::Ok();
@@ -181,8 +190,17 @@ core::Status Model<T>::CheckInputs(const Matrix<T>& x, const core::Tensor& y) co
 
 template <class T>
 T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
+  T loss = 0;
+  const core::Status st = Forward(x, y, &loss);
+  DDPCHECK_CHECK(st.ok(), st.ToString());
+  return loss;
+}
+
+template <class T>
+core::Status Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y, T* loss) {
   const core::Status st = CheckInputs(x, y);
   DDPCHECK_CHECK(st.ok(), st.ToString());
+  has_forward_ = false;
   inputs_.resize(layers_.size());
   input_low_.assign(layers_.size(), false);
   bool low = false;  // h holds autocast-dtype values
@@ -191,15 +209,23 @@ T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
     inputs_[i] = h;
     input_low_[i] = low;
     if (bypassed_[i]) continue;
-    h = std::visit(
-        [&](auto& l) -> Matrix<T> {
-          if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Dropout<T>>) {
-            return l.Forward(inputs_[i], &dropout_rng_);
-          } else {
-            return l.Forward(inputs_[i]);
-          }
-        },
-        layers_[i]);
+    if (auto* sbn = std::get_if<SyncBatchNorm1d<T>>(&layers_[i])) {
+      DDPCHECK_RETURN_IF_ERROR(sbn->Forward(inputs_[i], sync_group_, static_cast<int>(i), &h));
+    } else {
+      h = std::visit(
+          [&](auto& l) -> Matrix<T> {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (std::is_same_v<L, Dropout<T>>) {
+              return l.Forward(inputs_[i], &dropout_rng_);
+            } else if constexpr (std::is_same_v<L, SyncBatchNorm1d<T>>) {
+              DDPCHECK_CHECK(false, "unreachable");
+              return {};
+            } else {
+              return l.Forward(inputs_[i]);
+            }
+          },
+          layers_[i]);
+    }
     if (!autocast_) continue;
     if (std::holds_alternative<Linear<T>>(layers_[i])) {
       low = true;
@@ -213,15 +239,17 @@ T Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y) {
   if (loss_ == "mse") {
     Matrix<T> target(h.rows(), h.cols());
     for (Eigen::Index k = 0; k < target.size(); ++k) target.data()[k] = static_cast<T>(y.data[static_cast<size_t>(k)]);
-    return mse_.Forward(h, target);
+    *loss = mse_.Forward(h, target);
+    return core::Status::Ok();
   }
   std::vector<int64_t> ids(y.data.size());
   for (size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<int64_t>(y.data[k]);
-  return cross_entropy_.Forward(h, ids);
+  *loss = cross_entropy_.Forward(h, ids);
+  return core::Status::Ok();
 }
 
 template <class T>
-void Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready) {
+core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready) {
   DDPCHECK_CHECK(has_forward_, "Model::Backward before any Forward");
   Matrix<T> d = loss_ == "mse" ? mse_.Backward(loss_scale) : cross_entropy_.Backward(loss_scale);
   if (output_low_) RoundToAutocast(&d);  // the backward of the loss's cast to float32
@@ -230,10 +258,32 @@ void Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready) {
     const int base = param_base_[i];
     SlotReadyFn ready;
     if (on_ready) ready = [&](int slot) { on_ready(base + slot); };
-    d = std::visit([&](auto& l) -> Matrix<T> { return l.Backward(d, ready); }, layers_[i]);
+    if (auto* sbn = std::get_if<SyncBatchNorm1d<T>>(&layers_[i])) {
+      // torch all-reduces SyncBatchNorm's gradient sums only when its input requires grad: when an earlier
+      // layer that runs has parameters.
+      bool needs_input_grad = false;
+      for (size_t j = 0; j < i; ++j) {
+        if (!bypassed_[j]) needs_input_grad |= std::visit([](const auto& l) { return l.num_params() > 0; }, layers_[j]);
+      }
+      Matrix<T> dx;
+      DDPCHECK_RETURN_IF_ERROR(sbn->Backward(d, ready, sync_group_, static_cast<int>(i), needs_input_grad, &dx));
+      d = std::move(dx);
+    } else {
+      d = std::visit(
+          [&](auto& l) -> Matrix<T> {
+            if constexpr (std::is_same_v<std::decay_t<decltype(l)>, SyncBatchNorm1d<T>>) {
+              DDPCHECK_CHECK(false, "unreachable");
+              return {};
+            } else {
+              return l.Backward(d, ready);
+            }
+          },
+          layers_[i]);
+    }
     if (input_low_[i] && !std::holds_alternative<Linear<T>>(layers_[i])) RoundToAutocast(&d);
   }
   input_grad_ = std::move(d);
+  return core::Status::Ok();
 }
 
 template <class T>

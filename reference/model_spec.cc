@@ -23,7 +23,7 @@ core::Status CheckLayer(size_t i, const core::LayerSpec& l, int64_t* width) {
                                           l.in_features, *width));
     }
     *width = l.out_features;
-  } else if (l.type == "batchnorm1d") {
+  } else if (l.type == "batchnorm1d" || l.type == "syncbatchnorm1d") {
     if (l.num_features < 1) return LayerError(i, l, fmt::format("num_features must be >= 1, got {}", l.num_features));
     if (*width >= 0 && l.num_features != *width) {
       return LayerError(i, l, fmt::format("num_features {} does not match the previous output width {}",
@@ -37,7 +37,11 @@ core::Status CheckLayer(size_t i, const core::LayerSpec& l, int64_t* width) {
   } else if (l.type == "dropout") {
     if (!(l.p >= 0.0 && l.p <= 1.0)) return LayerError(i, l, fmt::format("p must be in [0, 1], got {}", l.p));
   } else if (l.type != "relu" && l.type != "tanh") {
-    return LayerError(i, l, "unknown layer type; expected linear, relu, tanh, batchnorm1d or dropout");
+    return LayerError(i, l, "unknown layer type; expected linear, relu, tanh, batchnorm1d, syncbatchnorm1d or dropout");
+  }
+  if (l.type == "syncbatchnorm1d" && !l.unused_on_ranks.empty()) {
+    return LayerError(i, l, "cannot be unused on some ranks only: its collectives run on every rank that runs it, "
+                            "so the others would wait forever; mark it unused everywhere (true) or nowhere");
   }
   if (l.unused || !l.unused_on_ranks.empty() || l.only_micro_step >= 0) {
     if (l.type == "linear" && l.in_features != l.out_features) {

@@ -1,6 +1,13 @@
 #include "reference/trainer.h"
 
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/faults.h"
 #include "core/amp.h"
@@ -9,6 +16,7 @@
 #include "core/plan.h"
 #include "reference/grad_ops.h"
 #include "reference/rank_model.h"
+#include "reference/sync_bn_exchange.h"
 
 namespace ddpcheck::ref {
 
@@ -47,6 +55,35 @@ void SyncFrom(const Model<T>& master, Model<T>* worker) {
   }
 }
 
+// Runs run_rank(r) for every rank at once, one thread each (their SyncBatchNorm layers meet in `exchange`).
+// The first rank to fail aborts the exchange so no other rank waits for it; its status is returned.
+template <typename T, typename Fn>
+core::Status RunLockstep(int world, const Fn& run_rank, SyncBnExchange<T>* exchange) {
+  exchange->Reset();
+  std::mutex mu;
+  core::Status first;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      core::Status st;
+      try {
+        st = run_rank(r);
+      } catch (const std::exception& e) {
+        st = core::Status::Internal(std::string("reference, rank ") + std::to_string(r) + ": " + e.what());
+      }
+      if (st.ok()) return;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) first = st;  // the root cause: an aborted rank fails only after this one
+      }
+      exchange->Abort("rank " + std::to_string(r) + " failed: " + st.message());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return first;
+}
+
 template <typename T>
 core::Status Run(const core::Scenario& s, core::Trace* trace) {
   const int world = s.world;
@@ -66,6 +103,20 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
   std::vector<std::vector<core::StepPlan>> plans(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     DDPCHECK_RETURN_IF_ERROR(core::PlanRank(s, r, core::SetupPlanOptions(s, r), &plans[static_cast<size_t>(r)]));
+    if (plans[static_cast<size_t>(r)].size() != plans[0].size()) {
+      return core::Status::Invalid(fmt::format(
+          "reference: rank {} has {} optimizer steps and rank 0 has {}: a DDP run with uneven step counts hangs "
+          "(BUGS.md uneven-batches), so it has no reference", r, plans[static_cast<size_t>(r)].size(), plans[0].size()));
+    }
+  }
+  // SyncBatchNorm layers make the ranks' forwards and backwards depend on each other: the ranks then run in
+  // lockstep, one thread each, meeting in the exchange; otherwise one after the other.
+  const bool lockstep =
+      world > 1 && std::any_of(s.model.begin(), s.model.end(), [](const core::LayerSpec& l) { return l.type == "syncbatchnorm1d"; });
+  std::unique_ptr<SyncBnExchange<T>> exchange;
+  if (lockstep) {
+    exchange = std::make_unique<SyncBnExchange<T>>(world);
+    for (int r = 0; r < world; ++r) workers[static_cast<size_t>(r)].SetSyncBnGroup(exchange->member(r));
   }
   const int np = master.num_params();
   std::vector<core::ParamState<T>> state(static_cast<size_t>(np));
@@ -91,18 +142,24 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
     for (int r = 0; r < world; ++r) {
       for (const auto& mb : plans[static_cast<size_t>(r)][step_i].micro_batches) total_rows += static_cast<double>(mb.size());
     }
+    std::vector<std::vector<double>> rows(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       Model<T>& w = workers[static_cast<size_t>(r)];
       const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
       SyncFrom(master, &w);
       w.ZeroGrad(true);
       w.SetTraining(true);
-      std::vector<double> rows;
-      for (const auto& mb : plan.micro_batches) rows.insert(rows.end(), mb.begin(), mb.end());
-      trace->Add({step, Checkpoint::kSampler, "indices", r},
-                 Tensor(core::DType::kInt64, {static_cast<int64_t>(rows.size())}, rows));
+      auto& rr = rows[static_cast<size_t>(r)];
+      for (const auto& mb : plan.micro_batches) rr.insert(rr.end(), mb.begin(), mb.end());
+      trace->Add({step, Checkpoint::kSampler, "indices", r}, Tensor(core::DType::kInt64, {static_cast<int64_t>(rr.size())}, rr));
       RecordBuffers(w, step, Checkpoint::kForwardBuffers, r, trace);
-      std::vector<bool> used(static_cast<size_t>(np), false);
+    }
+    // Each rank's micro-batches: forward, loss, backward (which parameters it reached).
+    const T loss_scale = s.amp.enabled ? static_cast<T>(scaler.scale()) : T(1);
+    std::vector<std::vector<bool>> used(static_cast<size_t>(world), std::vector<bool>(static_cast<size_t>(np), false));
+    auto run_rank = [&](int r) -> core::Status {
+      Model<T>& w = workers[static_cast<size_t>(r)];
+      const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
       const size_t k = plan.micro_batches.size();
       for (size_t m = 0; m < k; ++m) {
         const core::Batch b = core::MakeBatch(s.data.x, s.data.y, plan.micro_batches[m]);
@@ -110,20 +167,32 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
         Matrix<T> x(b.x.shape[0], b.x.shape[1]);
         for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(b.x.data[static_cast<size_t>(i)]);
         DDPCHECK_RETURN_IF_ERROR(w.CheckInputs(x, b.y).Prefixed("reference, rank " + std::to_string(r)));
-        const T loss = w.Forward(x, b.y);
+        T loss = 0;
+        DDPCHECK_RETURN_IF_ERROR(w.Forward(x, b.y, &loss));
         trace->Add({step, Checkpoint::kLoss, k == 1 ? "loss" : "loss." + std::to_string(m), r},
                    Tensor::Scalar(static_cast<double>(loss), s.precision));
-        const T loss_scale = s.amp.enabled ? static_cast<T>(scaler.scale()) : T(1);
-        w.Backward(loss_scale, [&](int p) { used[static_cast<size_t>(p)] = true; });
+        auto& u = used[static_cast<size_t>(r)];
+        DDPCHECK_RETURN_IF_ERROR(w.Backward(loss_scale, [&](int p) { u[static_cast<size_t>(p)] = true; }));
       }
+      return core::Status::Ok();
+    };
+    if (lockstep) {
+      DDPCHECK_RETURN_IF_ERROR(RunLockstep(world, run_rank, exchange.get()));
+    } else {
+      for (int r = 0; r < world; ++r) DDPCHECK_RETURN_IF_ERROR(run_rank(r));
+    }
+    for (int r = 0; r < world; ++r) {
+      const Model<T>& w = workers[static_cast<size_t>(r)];
+      const auto& u = used[static_cast<size_t>(r)];
       for (int p = 0; p < np; ++p) {
         const auto pi = static_cast<size_t>(p);
-        if (!used[pi]) continue;  // locally unused: contributes zeros
+        if (!u[pi]) continue;  // locally unused: contributes zeros
         used_any[pi] = true;
         const T* g = w.grad_data(p);
         trace->Add({step, Checkpoint::kLocalGrad, w.param_info(p).name, r}, ToTensor(g, w.param_info(p), core::DTypeOf<T>()));
+        const double share = static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows;
         for (size_t e = 0; e < sum[pi].size(); ++e) {
-          sum[pi][e] += global_mean ? g[e] * static_cast<T>(static_cast<double>(rows.size()) / total_rows)
+          sum[pi][e] += global_mean ? g[e] * static_cast<T>(share)
                         : aliased[pi] ? g[e] / static_cast<T>(world) : g[e] * inv_world;
         }
       }

@@ -6,8 +6,11 @@
 // parameters no rank used keep their gradient, locally unused ones contribute zeros. Then the optimizer and,
 // at the end of each epoch, the schedulers. With AMP (scenario.amp) every rank's copy runs under autocast, its
 // backward starts from the GradScaler's scale, and the summed grads go through the same unscale_/clip/skip/
-// update as core/amp.h (kUnscaled and kScaler recorded for kAllRanks). Records the same checkpoints as a world (kAllRanks for shared
-// values), so traces line up.
+// update as core/amp.h (kUnscaled and kScaler recorded for kAllRanks). With syncbatchnorm1d layers (W > 1)
+// the ranks run in lockstep, one thread each, and those layers normalise with BatchNorm's statistics over the
+// global batch (every rank's rows of the micro-step; reference/sync_bn_exchange.h) and backpropagate through
+// them, while each rank's loss stays its own and DDP still averages the ranks' gradients. Records the same
+// checkpoints as a world (kAllRanks for shared values), so traces line up.
 #pragma once
 
 #include "core/scenario.h"

@@ -28,7 +28,9 @@ core::Status CpuReplica<T>::Forward(const core::Batch& batch, double* loss) {
   for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(batch.x.data[static_cast<size_t>(i)]);
   model_.SetMicroStep(batch.micro_step);
   DDPCHECK_RETURN_IF_ERROR(model_.CheckInputs(x, batch.y));
-  *loss = static_cast<double>(model_.Forward(x, batch.y));
+  T value = 0;
+  DDPCHECK_RETURN_IF_ERROR(model_.Forward(x, batch.y, &value));
+  *loss = static_cast<double>(value);
   return core::Status::Ok();
 }
 
@@ -121,7 +123,7 @@ std::vector<std::pair<std::string, core::Tensor>> CpuReplica<T>::OptimizerState(
   for (int i = 0; i < model_.num_params(); ++i) {
     const auto& st = state_[static_cast<size_t>(i)];
     const auto& info = model_.param_info(i);
-    auto add = [&](const char* name, const std::vector<T>& v) {
+    auto add = [&](const char* name, const auto& v) {
       if (v.empty()) return;
       out.emplace_back(info.name + "." + name, core::Tensor(kDType, info.shape, std::vector<double>(v.begin(), v.end())));
     };

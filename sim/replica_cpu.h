@@ -33,8 +33,12 @@ class CpuReplica : public core::Replica {
 
   void SetTraining(bool training) override { model_.SetTraining(training); }
   core::Status Forward(const core::Batch& batch, double* loss) override;
-  void Backward(double loss_scale, const core::GradReadyFn& on_ready) override {
-    model_.Backward(static_cast<T>(loss_scale), on_ready);
+  core::Status Backward(double loss_scale, const core::GradReadyFn& on_ready) override {
+    return model_.Backward(static_cast<T>(loss_scale), on_ready);
+  }
+  core::Status SetSyncBnGroup(core::SyncBnGroup* group) override {
+    model_.SetSyncBnGroup(group);
+    return core::Status::Ok();
   }
   void ZeroGrad(bool set_to_none) override { model_.ZeroGrad(set_to_none); }
 

@@ -35,10 +35,10 @@ class InfInjectingReplica : public core::Replica {
   void SetGradDefined(int i, bool d) override { inner_->SetGradDefined(i, d); }
   void SetTraining(bool t) override { inner_->SetTraining(t); }
   core::Status Forward(const core::Batch& b, double* loss) override { return inner_->Forward(b, loss); }
-  void Backward(double loss_scale, const core::GradReadyFn& on_ready) override {
+  core::Status Backward(double loss_scale, const core::GradReadyFn& on_ready) override {
     const bool inject = calls_++ == at_;
     bool done = false;
-    inner_->Backward(loss_scale, [&](int i) {
+    return inner_->Backward(loss_scale, [&](int i) {
       if (inject && !done) {
         core::Tensor inf(ParamInfos()[static_cast<size_t>(i)].dtype, {1}, {std::numeric_limits<double>::infinity()});
         inner_->FromHost(inf, {inner_->Grad(i).data, 1, inner_->Grad(i).dtype});
@@ -47,6 +47,7 @@ class InfInjectingReplica : public core::Replica {
       if (on_ready) on_ready(i);
     });
   }
+  core::Status SetSyncBnGroup(core::SyncBnGroup* g) override { return inner_->SetSyncBnGroup(g); }
   void ZeroGrad(bool s) override { inner_->ZeroGrad(s); }
   core::Span Allocate(int64_t n, core::DType d) override { return inner_->Allocate(n, d); }
   void CopyScaled(core::ConstSpan s, core::Span d, double f, core::ScaleMode m) override {

@@ -45,6 +45,7 @@ const std::map<std::string, Expect>& Expected() {
       {"same-dropout-seed", {{"loss"}, "finding"}},
       {"drop-bucket", {{"reduced", "bucket"}, "rank-divergent", true}},
       {"uneven-shard-mean", {{"reduced"}, "reference-divergent"}},
+      {"syncbn-unequal-counts", {{"buffers"}, "reference-divergent"}},
   };
   return e;
 }
@@ -113,13 +114,22 @@ INSTANTIATE_TEST_SUITE_P(BugsMd, FaultScenario, ::testing::ValuesIn(FaultScenari
   return n;
 });
 
-TEST(FaultScenario, EveryCatalogRowButSyncBnHasAScenario) {
+TEST(FaultScenario, EveryCatalogRowHasAScenario) {
   std::set<std::string> have;
   for (const auto& n : FaultScenarios()) have.insert(n);
-  for (const auto& f : core::FaultCatalog()) {
-    if (std::string(f.name) == "syncbn-unequal-counts") continue;  // needs SyncBatchNorm (not modelled yet)
-    EXPECT_TRUE(have.count(f.name)) << f.name;
-  }
+  for (const auto& f : core::FaultCatalog()) EXPECT_TRUE(have.count(f.name)) << f.name;
+  EXPECT_EQ(have.size(), core::FaultCatalog().size());
+}
+
+TEST(FaultScenario, SyncBnUnequalCountsNeedsASyncBatchNormLayer) {
+  core::Scenario s = Load("uneven-shard-mean");  // BatchNorm1d, no SyncBatchNorm
+  s.faults = {{"syncbn-unequal-counts", -1, -1}};
+  sim::CheckOptions opts;
+  opts.sim.comm = "local";
+  core::RunReport report;
+  const core::Status st = sim::RunCheck(s, opts, &report);
+  EXPECT_EQ(st.code(), core::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("needs a syncbatchnorm1d layer"), std::string::npos) << st.message();
 }
 
 TEST(FaultScenario, HangOverGlooEndsWithinTheTimeoutNamingTheMissingRank) {

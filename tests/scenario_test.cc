@@ -38,7 +38,7 @@ void ExpectSameScenario(const Scenario& a, const Scenario& b) {
       EXPECT_EQ(x.out_features, y.out_features);
       EXPECT_EQ(x.bias, y.bias);
     }
-    if (x.type == "batchnorm1d") {
+    if (x.type == "batchnorm1d" || x.type == "syncbatchnorm1d") {
       EXPECT_EQ(x.num_features, y.num_features);
       EXPECT_EQ(x.eps, y.eps);
       EXPECT_EQ(x.momentum_none, y.momentum_none);
@@ -81,6 +81,7 @@ void ExpectSameScenario(const Scenario& a, const Scenario& b) {
   EXPECT_EQ(a.sampler.seed, b.sampler.seed);
   EXPECT_EQ(a.sampler.drop_last, b.sampler.drop_last);
   EXPECT_EQ(a.sampler.set_epoch, b.sampler.set_epoch);
+  EXPECT_EQ(a.sampler.uneven_split, b.sampler.uneven_split);
   EXPECT_EQ(a.ddp.bucket_cap_mb, b.ddp.bucket_cap_mb);
   EXPECT_EQ(a.ddp.first_bucket_bytes, b.ddp.first_bucket_bytes);
   EXPECT_EQ(a.ddp.broadcast_buffers, b.ddp.broadcast_buffers);
@@ -170,13 +171,14 @@ json EveryFieldSet() {
               {"type": "batchnorm1d", "features": 4, "eps": 0.001, "momentum": null, "affine": false,
                "track_running_stats": false},
               {"type": "tanh", "unused": true}, {"type": "dropout", "p": 0.25}, {"type": "relu"},
+              {"type": "syncbatchnorm1d", "features": 4, "eps": 0.01, "momentum": 0.2, "affine": false},
               {"type": "linear", "in": 4, "out": 3}],
     "loss": "cross_entropy",
     "init": {"kind": "seed", "seeds": [18446744073709551615, 9007199254740993, 2], "exact": true},
-    "data": {"kind": "classification", "samples": 33, "in_features": 3, "out_features": 3, "seed": 99,
+    "data": {"kind": "classification", "samples": 48, "in_features": 3, "out_features": 3, "seed": 99,
              "exact": true},
     "world": 3, "batch_size": 5,
-    "sampler": {"shuffle": false, "seed": 4294967301, "drop_last": true, "set_epoch": false},
+    "sampler": {"shuffle": false, "seed": 4294967301, "drop_last": true, "set_epoch": false, "uneven_split": true},
     "ddp": {"bucket_cap_mb": 0.001, "first_bucket_bytes": 4096, "broadcast_buffers": false,
             "find_unused_parameters": true, "gradient_as_bucket_view": true, "no_sync_steps": 3},
     "optimizer": {"type": "adamw", "lr": 0.003, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.05,
@@ -213,6 +215,10 @@ TEST(ParseScenario, ReadsSeedsAsExactUnsignedIntegers) {
   EXPECT_EQ(s.faults[0].step, 3);
   EXPECT_EQ(s.precision, DType::kFloat32);
   EXPECT_EQ(s.amp.dtype, "bf16");
+  EXPECT_EQ(s.model[5].type, "syncbatchnorm1d");
+  EXPECT_EQ(s.model[5].momentum, 0.2);
+  EXPECT_FALSE(s.model[5].affine);
+  EXPECT_TRUE(s.sampler.uneven_split);
 }
 
 TEST(DefaultScenario, IsTheTutorialMlpWithBatchNormOnFourRanks) {
@@ -303,7 +309,44 @@ TEST(ParseScenario, RefusesANegativeBucketCap) {
 TEST(ParseScenario, ListsTheLayerTypesForAnUnknownOne) {
   EXPECT_EQ(ErrorOf(R"({"model": [{"type": "linear", "in": 8, "out": 4}, {"type": "relu"}, {"type": "conv2d"}]})"),
             "s.json: /model/2/type: unknown layer type 'conv2d'; expected one of linear, relu, tanh, batchnorm1d, "
-            "dropout");
+            "syncbatchnorm1d, dropout");
+  EXPECT_EQ(ErrorOf(R"({"model": [{"type": "linear", "in": 8, "out": 4}, {"type": "syncbatchnorm", "features": 4}]})"),
+            "s.json: /model/1/type: unknown layer type 'syncbatchnorm'; did you mean 'syncbatchnorm1d'?");
+}
+
+TEST(ParseScenario, ReadsASyncBatchNormWithBatchNormsKeys) {
+  Scenario s;
+  const Status st = ParseScenario(json::parse(R"({"model": [{"type": "linear", "in": 8, "out": 4},
+      {"type": "syncbatchnorm1d", "features": 4, "eps": 0.001, "momentum": null, "track_running_stats": false}]})"),
+                                  "s.json", ".", &s);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(s.model[1].num_features, 4);
+  EXPECT_EQ(s.model[1].eps, 0.001);
+  EXPECT_TRUE(s.model[1].momentum_none);
+  EXPECT_TRUE(s.model[1].affine);
+  EXPECT_FALSE(s.model[1].track_running_stats);
+  EXPECT_EQ(ErrorOf(R"({"model": [{"type": "linear", "in": 8, "out": 4}, {"type": "syncbatchnorm1d", "features": 4,
+                                   "p": 0.5}]})"),
+            "s.json: /model/1/p: unknown key; did you mean 'eps'?");
+}
+
+TEST(ParseScenario, RefusesASyncBatchNormUnusedOnSomeRanksOnly) {
+  EXPECT_EQ(ErrorOf(R"({"model": [{"type": "linear", "in": 8, "out": 4},
+                                  {"type": "syncbatchnorm1d", "features": 4, "unused": [1]}]})"),
+            "s.json: /model/1/unused: a syncbatchnorm1d cannot be unused on some ranks only: its collectives run on "
+            "every rank that runs it, so the others would wait forever; use true (unused everywhere) or false");
+}
+
+TEST(ParseScenario, RefusesAnUnevenSplitThatLeavesRankZeroAnExtraStep) {
+  // 17 samples over 4 ranks: shards of 5; ranks 1..3 keep 4, one batch of 4 where rank 0 has two.
+  EXPECT_EQ(ErrorOf(With(R"("world": 4, "data": {"kind": "regression", "samples": 17},
+                           "sampler": {"uneven_split": true})")),
+            "s.json: /sampler/uneven_split: an uneven split leaves rank 0 5 samples (2 optimizer steps per epoch) and "
+            "the other ranks 4 (1 steps) with batch_size 4 and no_sync_steps 1: rank 0 would wait forever in a "
+            "collective (BUGS.md uneven-batches); change samples or batch_size so that both make as many steps");
+  EXPECT_EQ(ErrorOf(With(R"("world": 4, "data": {"kind": "regression", "samples": 24},
+                           "sampler": {"uneven_split": true})")),
+            "");
 }
 
 TEST(ParseScenario, ReportsALayerWhoseInputDoesNotMatchThePreviousWidth) {

@@ -52,6 +52,12 @@ def _layer(i, m):
         return {"type": "tanh"}
     if isinstance(m, nn.Dropout):
         return {"type": "dropout", "p": float(m.p)}
+    if isinstance(m, nn.SyncBatchNorm):
+        raise UnsupportedModel(
+            "module %d is nn.SyncBatchNorm, which ddpcheck cannot record or replay from torch: torch 1.13 runs "
+            "SyncBatchNorm only on CUDA (DDP raises 'SyncBatchNorm layers only work with GPU modules' on CPU) and "
+            "torch-compare replays CPU dumps; check the model with `ddpcheck run` on a scenario with a "
+            "\"syncbatchnorm1d\" layer instead (docs/scenario.md)" % i)
     if isinstance(m, nn.BatchNorm1d):
         return {"type": "batchnorm1d", "features": m.num_features, "eps": float(m.eps),
                 "momentum": None if m.momentum is None else float(m.momentum), "affine": bool(m.affine),

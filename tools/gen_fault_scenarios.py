@@ -67,6 +67,15 @@ FAULTS = {
     "uneven-shard-mean": ("uneven-shard-mean", "ranks hold unequal sample counts: the mean of per-rank means is not "
                           "the global mean (DDP's documented semantics)",
                           {"epochs": 1, "data": {"kind": "regression", "samples": 62, "seed": 7}}),
+    # 62 samples over 4 ranks: the uneven split leaves rank 0 a last batch of 4 and the others 3, so the merge's
+    # weights matter at the last step; uneven_split keeps that split under --no-faults, where the count-weighted
+    # merge must pass.
+    "syncbn-unequal-counts": ("syncbn-unequal-counts", "SyncBatchNorm over unequal per-rank batches merged by a "
+                              "plain average of the ranks' statistics instead of weighting each by its count",
+                              {"epochs": 1, "data": {"kind": "regression", "samples": 62, "seed": 7},
+                               "sampler": {"shuffle": True, "seed": 0, "drop_last": False, "set_epoch": True,
+                                           "uneven_split": True},
+                               "model_patch": {1: {"type": "syncbatchnorm1d"}}}),
 }
 
 

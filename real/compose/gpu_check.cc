@@ -44,6 +44,7 @@ core::TolerancePolicy GpuPolicy(const core::Scenario& s, MathMode math) {
 
 core::Status RunGpuCheck(core::Scenario s, const GpuCheckOptions& opts, core::RunReport* report,
                          core::Trace* gpu_trace) {
+  DDPCHECK_RETURN_IF_ERROR(CheckModelRunsOnGpu(s));
   DDPCHECK_RETURN_IF_ERROR(RequireDevice());
   if (opts.backend != "real" && opts.backend != "hybrid") {
     return core::Status::Invalid("--backend: expected real or hybrid, got '" + opts.backend + "'");

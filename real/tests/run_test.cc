@@ -1,6 +1,7 @@
 // Whole GPU runs against the reference, judged with the tolerance derived from the math mode (as `ddpcheck
 // gpu-run` does): NCCL at W = min(devices, 2), hybrid at W = 2, fp32 and the autocast modes.
 #include <algorithm>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,20 @@ TEST(GpuRun, NcclTf32RunMatchesTheReferenceWithinTheTf32Budget) {
 TEST(GpuRun, HybridFp32RunMatchesTheReference) { ExpectPass(Scenario(2, ""), "hybrid", false); }
 TEST(GpuRun, HybridFp16AutocastRunMatchesTheAutocastReference) { ExpectPass(Scenario(2, "fp16"), "hybrid", false); }
 TEST(GpuRun, HybridBf16AutocastRunMatchesTheAutocastReference) { ExpectPass(Scenario(2, "bf16"), "hybrid", false); }
+
+TEST(GpuRun, RefusesSyncBatchNormNamingTheLayerInsteadOfRunningItAsBatchNorm) {
+  core::Scenario s = Scenario(2, "");
+  s.model[1].type = "syncbatchnorm1d";
+  for (const std::string backend : {"real", "hybrid"}) {
+    GpuCheckOptions o;
+    o.backend = backend;
+    core::RunReport report;
+    const core::Status st = RunGpuCheck(s, o, &report);
+    EXPECT_EQ(st.code(), core::Code::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("/model/1: syncbatchnorm1d is not implemented by the GPU world"), std::string::npos)
+        << st.message();
+  }
+}
 
 }  // namespace
 }  // namespace ddpcheck::real
