@@ -2,16 +2,16 @@
 // with the report `run` prints. Registered only in builds with real/ (CUDA and NCCL found); on a machine
 // without a GPU it says so and exits 2. `run --backend real|hybrid` runs the same check (real/cli_run_backends.cc).
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include <gloo/rendezvous/file_store.h>
 
 #include "cli/command.h"
+#include "cli/run_backend.h"
 #include "cli/scenario_flags.h"
+#include "core/file.h"
 #include "core/train_loop.h"
-#include "real/compose/gpu_check.h"
 #include "real/compose/hybrid_gloo.h"
 #include "real/compose/rank_setup_ref.h"
 #include "real/device.h"
@@ -63,21 +63,16 @@ int Run(const GpuRunArgs& a) {
   core::Status st = a.scenario.Resolve(&s);
   if (!st.ok()) return Fail("gpu-run", st);
   if (a.rank >= 0) return RunAsRank(a, std::move(s));
-  real::GpuCheckOptions opts;
-  opts.backend = a.backend;
-  opts.tf32 = a.math == "tf32";
-  opts.timeout = std::chrono::milliseconds(a.timeout_ms);
-  opts.dump_trace = a.dump_trace;
-  opts.dump_reference = a.dump_reference;
+  // The whole world from this process: the same check as `run --backend real|hybrid` (real/cli_run_backends.cc).
+  RunBackendRequest request{std::chrono::milliseconds(a.timeout_ms), a.math, a.dump_trace, a.dump_reference};
   core::RunReport report;
-  st = real::RunGpuCheck(std::move(s), opts, &report);
+  st = RunBackends().at(a.backend)(std::move(s), request, &report);
   if (!st.ok()) return Fail("gpu-run", st);
   if (!a.quiet) std::cout << core::FormatTerminal(report);
   else std::cout << core::VerdictLine(report) << "\n";
   if (!a.report_json.empty()) {
-    std::ofstream out(a.report_json);
-    out << core::ReportToJson(report).dump(2) << "\n";
-    if (!out) return Fail("gpu-run", core::Status::Io(a.report_json + ": cannot write"));
+    st = core::WriteStringToFile(a.report_json, core::ReportToJson(report).dump(2) + "\n");
+    if (!st.ok()) return Fail("gpu-run", st);
   }
   return report.ExitCode();
 }
