@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "core/version.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -12,8 +13,8 @@ namespace {
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   auto* sub = app.add_subcommand("version", "Print version and build provenance as JSON.\n  example: ddpcheck version");
   return {sub, [] {
-            nlohmann::json j = {{"ddpcheck", DDPCHECK_VERSION},
-                                {"git_commit", DDPCHECK_GIT_COMMIT},
+            nlohmann::json j = {{"ddpcheck", core::Version()},
+                                {"git_commit", core::GitCommit()},
                                 {"eigen", std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
                                               "." + std::to_string(EIGEN_MINOR_VERSION)}};
             std::cout << j.dump() << "\n";

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "core/version.h"
 #include "core/check.h"
 
 namespace ddpcheck::cli {
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
       "Runs the same steps on a reference, a simulated CPU world (Gloo) and GPUs, and names the first difference.",
       "ddpcheck"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(DDPCHECK_VERSION) + " (" + DDPCHECK_GIT_COMMIT + ")");
+  app.set_version_flag("--version", std::string(core::Version()) + " (" + core::GitCommit() + ")");
   std::vector<std::pair<CLI::App*, cli::RunFn>> commands;
   // Register in name order so --help is stable whatever the link order.
   auto registered = cli::RegisteredCommands();

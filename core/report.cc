@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "core/version.h"
+
 namespace ddpcheck::core {
 
 nlohmann::json Provenance(const nlohmann::json& extra) {
@@ -17,7 +19,7 @@ nlohmann::json Provenance(const nlohmann::json& extra) {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  nlohmann::json p = {{"ddpcheck", DDPCHECK_VERSION}, {"git_commit", DDPCHECK_GIT_COMMIT}, {"host", host}, {"time", when}};
+  nlohmann::json p = {{"ddpcheck", Version()}, {"git_commit", GitCommit()}, {"host", host}, {"time", when}};
   for (const auto& [k, v] : extra.items()) p[k] = v;
   return p;
 }

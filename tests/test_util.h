@@ -8,6 +8,11 @@
 
 namespace ddpcheck::testing {
 
+// Where the tests find the project: the golden fixtures (tests/golden), the source tree, the ddpcheck binary.
+const char* GoldenDir();
+const char* SourceDir();
+const char* BinaryPath();
+
 // Runs fn(rank) on `world` threads and rethrows the first exception (lowest rank first) after all joined.
 void SpawnRanks(int world, const std::function<void(int rank)>& fn);
 
@@ -42,3 +47,7 @@ void WriteFile(const std::string& path, const std::string& content);
 unsigned long long TestSeed();
 
 }  // namespace ddpcheck::testing
+
+#define DDPCHECK_GOLDEN_DIR (::ddpcheck::testing::GoldenDir())
+#define DDPCHECK_SOURCE_DIR (::ddpcheck::testing::SourceDir())
+#define DDPCHECK_BINARY (::ddpcheck::testing::BinaryPath())
