@@ -10,7 +10,7 @@
 
 #include "core/scenario.h"
 #include "core/train_loop.h"
-#include "real/compose/rank_setup_ref.h"
+#include "harness/gpu/rank_setup_ref.h"
 #include "real/device.h"
 #include "real/world.h"
 
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", st.ToString().c_str());
     return 2;
   }
-  real::RealOptions ro = real::WithReferenceSetup(real::RealOptions{});
+  real::RealOptions ro = harness::WithReferenceSetup(real::RealOptions{});
   ro.record = false;
   ro.tf32 = math == "tf32";
   core::Trace trace;

@@ -1,44 +1,32 @@
-// `ddpcheck diff TRACE_DIR TRACE_DIR`: compares two saved traces (from --dump-trace) of one scenario: the first
-// trace's rank invariants and events, and the first against the second with the tolerance policy recorded in
-// the traces' metadata (exact when both say so).
+// `ddpcheck diff TRACE_DIR TRACE_DIR`: compares two saved traces (from --dump-trace / --dump-reference) through
+// the harness: the first trace's rank invariants and events, and the first against the second with the
+// tolerance policy of the scenario the traces were recorded from (stamped into their metadata; exact when both
+// say so otherwise), with the diagnosis and report `run` gives.
 #include <iostream>
 
 #include "cli/command.h"
-#include "core/report.h"
-#include "sim/check.h"
+#include "cli/report_flags.h"
+#include "harness/check.h"
 
 namespace ddpcheck::cli {
 namespace {
 
 struct DiffArgs {
   std::string a, b;
-  bool quiet = false;
+  ReportFlags reports;
 };
 
 int Run(const DiffArgs& args) {
-  core::Trace a, b;
-  core::Status st = core::Trace::Read(args.a, &a);
-  if (st.ok()) st = core::Trace::Read(args.b, &b);
+  core::Status st = args.reports.Preflight();
   if (!st.ok()) return Fail("diff", st);
-  core::TolerancePolicy policy;
-  policy.exact = a.meta.value("exact", false) && b.meta.value("exact", false);
-  core::DType precision = core::DType::kFloat64;
-  core::ParseDType(b.meta.value("precision", std::string("float64")), &precision);
-  policy.precision = precision;
-  policy.world = b.meta.value("world", 1);
-  policy.reduction_length = b.meta.value("reduction_length", int64_t{1});
+  harness::CheckOptions opts;
+  opts.got = {harness::SourceKind::kStoredTrace, args.a};
+  opts.want = harness::Source{harness::SourceKind::kStoredTrace, args.b};
   core::RunReport report;
-  report.provenance = core::Provenance({{"command", "diff"}, {"a", args.a}, {"b", args.b}});
-  report.scenario = a.meta.value("scenario", std::string("?"));
-  report.backend = args.a;
-  report.against = args.b;
-  report.world = policy.world;
-  report.precision = precision;
-  report.result = sim::CompareRun(a, b, policy);
-  report.events = a.events();
-  for (const auto& [key, v] : b.records()) report.steps = std::max(report.steps, key.step + 1);
-  std::cout << (args.quiet ? core::VerdictLine(report) + "\n" : core::FormatTerminal(report));
-  return report.ExitCode();
+  st = harness::Check(std::nullopt, opts, &report);
+  if (!st.ok()) return Fail("diff", st);
+  report.provenance["command"] = "diff";
+  return EmitReport("diff", report, args.reports);
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -49,7 +37,7 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   auto args = std::make_shared<DiffArgs>();
   sub->add_option("got", args->a, "Trace folder under test")->required();
   sub->add_option("want", args->b, "Trace folder to compare against")->required();
-  sub->add_flag("--quiet,-q", args->quiet, "Print only the verdict line");
+  args->reports.Add(sub);
   return {sub, [args] { return Run(*args); }};
 }
 

@@ -10,12 +10,10 @@
 #include <optional>
 
 #include "cli/command.h"
-#include "core/file.h"
 #include "cli/rank_env.h"
-#include "cli/run_backend.h"
+#include "cli/report_flags.h"
 #include "cli/scenario_flags.h"
-#include "core/plot.h"
-#include "sim/check.h"
+#include "harness/check.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -26,8 +24,8 @@ struct RunArgs {
   std::string comm = "gloo";
   std::string math = "auto";  // GPU backends: fp32 GEMMs as fp32 or TF32
   int64_t timeout_ms = 0;  // 0: the scenario's ddp.timeout_ms
-  std::string dump_trace, dump_reference, report_json, report_md, report_html, junit;
-  bool quiet = false;
+  std::string dump_trace, dump_reference;
+  ReportFlags reports;
   std::string progress = "auto";  // auto (stderr is a TTY) | always | never
   RankFlags rank;  // ranks as processes (torchrun, mpirun, srun, ddpcheck launch): cli/rank_env.h
 };
@@ -63,12 +61,8 @@ int Run(const RunArgs& a) {
   core::Scenario s;
   core::Status st = a.scenario.Resolve(&s);
   if (!st.ok()) return Fail("run", st);
-  if (!a.report_html.empty()) {
-    // Fail before the run, not after it, when the HTML report cannot be drawn.
-    std::string gnuplot;
-    st = core::FindGnuplot(&gnuplot);
-    if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
-  }
+  st = a.reports.Preflight();
+  if (!st.ok()) return Fail("run", st);
   const bool gpu = a.backend == "real" || a.backend == "hybrid";
   if (!gpu && a.math == "tf32") {
     return Fail("run", core::Status::Invalid("--math tf32 is a GPU math mode: use it with --backend real or hybrid"));
@@ -78,16 +72,21 @@ int Run(const RunArgs& a) {
                                              "`ddpcheck gpu-run --rank R --store-dir DIR`; `run` runs the whole "
                                              "GPU world from one process"));
   }
-  sim::CheckOptions opts;
-  opts.backend = a.backend;
-  opts.sim.comm = a.comm;
-  opts.sim.timeout = std::chrono::milliseconds(a.timeout_ms);
+  harness::CheckOptions opts;
+  opts.got.kind = a.backend == "reference" ? harness::SourceKind::kReference
+                  : a.backend == "real"    ? harness::SourceKind::kGpu
+                  : a.backend == "hybrid"  ? harness::SourceKind::kHybrid
+                                           : harness::SourceKind::kSim;
+  if (a.backend == "reference") opts.replay = false;  // the reference alone: its own invariants, no oracle
+  opts.comm = a.comm;
+  opts.tf32 = a.math == "tf32";
+  opts.timeout = std::chrono::milliseconds(a.timeout_ms);
   opts.dump_trace = a.dump_trace;
   opts.dump_reference = a.dump_reference;
   std::optional<ProgressBar> bar;
-  if (a.progress == "always" || (a.progress == "auto" && !a.quiet && isatty(STDERR_FILENO))) {
+  if (a.progress == "always" || (a.progress == "auto" && !a.reports.quiet && isatty(STDERR_FILENO))) {
     bar.emplace();
-    opts.sim.progress = [&bar](int64_t done, int64_t total) { bar->Update(done, total); };
+    opts.progress = [&bar](int64_t done, int64_t total) { bar->Update(done, total); };
   }
   core::RunReport report;
   if (a.rank.Active()) {  // this process is one rank of a world of processes; rank 0 reports (cli/rank_env.h)
@@ -96,42 +95,12 @@ int Run(const RunArgs& a) {
     bar.reset();
     if (!st.ok()) return Fail("run", st);
     if (!reporter) return 0;
-  } else if (gpu) {
-    const auto it = RunBackends().find(a.backend);
-    if (it == RunBackends().end()) {
-      return Fail("run", core::Status::Invalid(
-                             "--backend " + a.backend + ": this ddpcheck was built without the GPU world (CUDA and "
-                             "NCCL were not found when it was configured). Build it where /usr/local/cuda has CUDA "
-                             "and NCCL (docs/gpu.md), or run the CPU world with --backend sim"));
-    }
-    RunBackendRequest request{std::chrono::milliseconds(a.timeout_ms), a.math, a.dump_trace, a.dump_reference};
-    st = it->second(std::move(s), request, &report);
   } else {
-    st = sim::RunCheck(std::move(s), opts, &report);
+    st = harness::Check(std::move(s), opts, &report);
   }
   bar.reset();
   if (!st.ok()) return Fail("run", st);
-  if (!a.quiet) std::cout << core::FormatTerminal(report);
-  else std::cout << core::VerdictLine(report) << "\n";
-  if (!a.report_json.empty()) {
-    st = core::WriteStringToFile(a.report_json, core::ReportToJson(report).dump(2) + "\n");
-    if (!st.ok()) return Fail("run", st);
-  }
-  if (!a.report_md.empty()) {
-    st = core::WriteStringToFile(a.report_md, core::ReportToMarkdown(report));
-    if (!st.ok()) return Fail("run", st);
-  }
-  if (!a.junit.empty()) {
-    st = core::WriteStringToFile(a.junit, core::ReportToJUnit(report));
-    if (!st.ok()) return Fail("run", st);
-  }
-  if (!a.report_html.empty()) {
-    std::string html;
-    st = core::ReportToHtml(report, &html);
-    if (st.ok()) st = core::WriteStringToFile(a.report_html, html);
-    if (!st.ok()) return Fail("run", st.Prefixed("--report-html"));
-  }
-  return report.ExitCode();
+  return EmitReport("run", report, a.reports);
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -156,15 +125,10 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::NonNegativeNumber);
   sub->add_option("--dump-trace", args->dump_trace, "Write the backend's trace to this folder");
   sub->add_option("--dump-reference", args->dump_reference, "Write the reference's trace to this folder");
-  sub->add_option("--report-json", args->report_json, "Write the JSON report (reports/FORMAT.md) to this file");
-  sub->add_option("--report-md", args->report_md, "Write the report as Markdown (a PR comment) to this file");
-  sub->add_option("--report-html", args->report_html,
-                  "Write a self-contained HTML report with plots to this file (needs gnuplot: Debian gnuplot-nox)");
-  sub->add_option("--junit", args->junit, "Write JUnit XML (one testcase per checkpoint) to this file");
+  args->reports.Add(sub);
   sub->add_option("--progress", args->progress,
                   "Progress bar on stderr: auto (when stderr is a terminal) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  sub->add_flag("--quiet,-q", args->quiet, "Print only the verdict line");
   return {sub, [args] { return Run(*args); }};
 }
 

@@ -4,110 +4,58 @@
 //   (b) the run replayed on the reference and the sim world (same init, data and hyper-parameters), and every
 //       recorded value of the dump compared with the replay at a derived tolerance.
 // Exit 0 PASS, 1 divergence, 2 bad dump (missing rank, truncated .npy, mismatched steps).
-#include <fstream>
-#include <iostream>
-
 #include "cli/command.h"
-#include "core/file.h"
-#include "core/diagnose.h"
-#include "core/dump.h"
-#include "core/dump_check.h"
-#include "core/fault_spec.h"
-#include "core/report.h"
-#include "sim/check.h"
+#include "cli/report_flags.h"
+#include "harness/check.h"
 
 namespace ddpcheck::cli {
 namespace {
 
 struct TorchCompareArgs {
   std::string dump;
-  std::string report_json;
   std::string comm = "gloo";
   bool no_replay = false;
-  bool quiet = false;
+  ReportFlags reports;
 };
 
 int Run(const TorchCompareArgs& args) {
-  core::TorchDump dump;
-  if (core::Status st = core::ReadTorchDump(args.dump, &dump); !st.ok()) return Fail("torch-compare", st);
+  core::Status st = args.reports.Preflight();
+  if (!st.ok()) return Fail("torch-compare", st);
+  harness::CheckOptions opts;
+  opts.got = {harness::SourceKind::kTorchDump, args.dump};
+  opts.replay = !args.no_replay;
+  opts.comm = args.comm;
+  opts.cross_checks.push_back({harness::SourceKind::kSim, ""});  // the CPU world replays the same run
   core::RunReport report;
-  report.provenance = core::Provenance({{"command", "torch-compare"},
-                                        {"dump", args.dump},
-                                        {"backend", "torch " + dump.ranks[0].index.value("torch_version", "?")},
-                                        {"world", dump.world},
-                                        {"precision", core::DTypeName(dump.scenario.precision)}});
-  report.scenario = dump.scenario.name;
-  report.backend = "torch (recorded)";
-  report.world = dump.world;
-  report.precision = dump.scenario.precision;
-  report.steps = dump.steps;
-
-  core::Trace sim_trace, ref_trace;
-  bool replayed = false, sim_pass = false;
-  std::string replay_note = dump.replay_unsupported;
-  if (args.no_replay && replay_note.empty()) replay_note = "--no-replay";
-  if (replay_note.empty()) {
-    sim::CheckOptions opts;
-    opts.sim.comm = args.comm;
-    core::RunReport replay;
-    core::Status st = sim::RunCheck(dump.scenario, opts, &replay, &sim_trace, &ref_trace);
-    if (!st.ok()) return Fail("torch-compare", st.Prefixed("replay"));
-    replayed = true;
-    sim_pass = replay.pass();
-  }
-  const core::TolerancePolicy policy = core::DumpPolicy(dump);
-  core::CompareResult result;
-  if (replayed) {
-    result = core::CompareTraces(dump.trace, ref_trace, policy);
-    report.against = "reference replay";
+  core::Trace dump_trace;
+  st = harness::Check(std::nullopt, opts, &report, &dump_trace);
+  if (!st.ok()) return Fail("torch-compare", st);
+  report.provenance["command"] = "torch-compare";
+  std::string trailer = "replay: ";
+  if (report.replay_note.empty()) {
+    trailer += "reference replayed " + std::to_string(report.steps) + " steps";
+    for (const auto& c : report.cross_checks) trailer += "; " + c.name + " " + (c.pass ? "PASS" : "FAIL: " + c.first);
   } else {
-    result.derivation = "no replay (" + replay_note + "): only DDP's invariants between ranks were checked";
-    report.against = "its own ranks";
+    trailer += "skipped: " + report.replay_note;
   }
-  result.Merge(core::CheckRankInvariants(dump.trace));
-  result.Merge(core::CheckEvents(dump.trace));
-  report.events = dump.trace.events();
-  core::FillSeries(dump.trace, &report);
-
-  if (auto finding = core::FindDumpPattern(dump, replayed ? &ref_trace : nullptr)) {
-    result.Add(finding->mismatch);
-    result.first = finding->mismatch;  // the pattern's own evidence is the headline
-    report.diagnosis = finding->diagnosis;
-  } else if (!result.pass) {
-    report.diagnosis = core::Diagnose(dump.scenario, dump.trace, ref_trace, result);
+  nlohmann::json extra;
+  extra["torch_compare"] = {{"dump", args.dump},
+                            {"world", report.world},
+                            {"steps", report.steps},
+                            {"replayed", report.replay_note.empty()},
+                            {"replay_note", report.replay_note},
+                            {"sim_vs_reference_pass",
+                             !report.cross_checks.empty() && report.cross_checks.front().pass}};
+  if (dump_trace.meta.contains("scenario_spec")) extra["torch_compare"]["scenario"] = dump_trace.meta["scenario_spec"];
+  if (report.diagnosis && report.result.first) {
+    const auto& k = report.result.first->key;
+    extra["torch_compare"]["finding"] = {{"pattern", report.diagnosis->pattern},
+                                         {"step", k.step},
+                                         {"checkpoint", core::CheckpointName(k.checkpoint)},
+                                         {"tensor", k.tensor},
+                                         {"rank", k.rank}};
   }
-  report.result = std::move(result);
-
-  std::cout << (args.quiet ? core::VerdictLine(report) + "\n" : core::FormatTerminal(report));
-  if (!args.quiet) {
-    std::cout << "replay: "
-              << (replayed ? std::string("reference and sim (") + args.comm + ") replayed " +
-                                 std::to_string(dump.steps) + " steps; sim vs reference " +
-                                 (sim_pass ? "PASS" : "FAIL (see ddpcheck run on the scenario)")
-                           : "skipped: " + replay_note)
-              << "\n";
-  }
-  if (!args.report_json.empty()) {
-    nlohmann::json j = core::ReportToJson(report);
-    j["torch_compare"] = {{"dump", args.dump},
-                          {"world", dump.world},
-                          {"steps", dump.steps},
-                          {"replayed", replayed},
-                          {"replay_note", replay_note},
-                          {"sim_vs_reference_pass", sim_pass},
-                          {"scenario", core::ScenarioToJson(dump.scenario)}};
-    if (report.diagnosis && report.result.first) {
-      const auto& k = report.result.first->key;
-      j["torch_compare"]["finding"] = {{"pattern", report.diagnosis->pattern},
-                                       {"step", k.step},
-                                       {"checkpoint", core::CheckpointName(k.checkpoint)},
-                                       {"tensor", k.tensor},
-                                       {"rank", k.rank}};
-    }
-    const core::Status st = core::WriteStringToFile(args.report_json, j.dump(2) + "\n");
-    if (!st.ok()) return Fail("torch-compare", st);
-  }
-  return report.ExitCode();
+  return EmitReport("torch-compare", report, args.reports, extra, trailer + "\n");
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -118,10 +66,9 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       "  example: /usr/bin/python3 tools/examples/ddp_example.py --out /tmp/dump && ddpcheck torch-compare /tmp/dump");
   auto args = std::make_shared<TorchCompareArgs>();
   sub->add_option("dump", args->dump, "Dump folder (rank<r>/index.json per rank)")->required();
-  sub->add_option("--report-json", args->report_json, "Also write the report as JSON (reports/FORMAT.md)");
+  args->reports.Add(sub);
   sub->add_option("--comm", args->comm, "Communicator of the sim replay")->check(CLI::IsMember({"gloo", "local"}));
   sub->add_flag("--no-replay", args->no_replay, "Only check the invariants between the dump's ranks");
-  sub->add_flag("--quiet,-q", args->quiet, "Print only the verdict line");
   return {sub, [args] { return Run(*args); }};
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/gpu_handover.h"
 #include "core/version.h"
 #include "core/check.h"
 
@@ -33,6 +34,7 @@ int Fail(const std::string& cmd, const core::Status& status) {
 
 int main(int argc, char** argv) {
   using namespace ddpcheck;
+  cli::HandOverGpuCommands(argc, argv);
   CLI::App app{
       "ddpcheck: does a distributed (DDP) training step do exactly what a single process would do?\n"
       "Runs the same steps on a reference, a simulated CPU world (Gloo) and GPUs, and names the first difference.",

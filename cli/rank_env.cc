@@ -4,8 +4,6 @@
 
 #include <cstdlib>
 
-#include "sim/check_rank.h"
-#include "sim/store_open.h"
 
 namespace ddpcheck::cli {
 
@@ -120,7 +118,7 @@ bool RankFlags::Active() const {
   return !DetectRankEnv(RealGetEnv, &env).ok() || env.has_value() || !rendezvous.empty();
 }
 
-core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, sim::CheckOptions opts,
+core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, harness::CheckOptions opts,
                             core::RunReport* report, bool* reporter) {
   *reporter = false;
   std::optional<RankEnv> env;
@@ -139,17 +137,15 @@ core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, sim:
   DDPCHECK_RETURN_IF_ERROR(scenario.Resolve(&s));
   // 0: the scenario's ddp.timeout_ms, as RunSim resolves it; the store connection and rank 0's wait for the
   // shards need the number too.
-  if (opts.sim.timeout.count() <= 0) opts.sim.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
+  if (opts.timeout.count() <= 0) opts.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
   std::string url;
   DDPCHECK_RETURN_IF_ERROR(DeriveRendezvous(flags.rendezvous, RealGetEnv, &url));
-  opts.sim.run_id = DeriveRunId(flags.run_id, RealGetEnv);
-  opts.sim.gloo_host = flags.gloo_host;
-  std::shared_ptr<gloo::rendezvous::Store> store;
-  DDPCHECK_RETURN_IF_ERROR(sim::OpenStore(url, opts.sim.timeout, &store));
-  core::Status st = sim::RunCheckRank(std::move(s), opts, env->rank, store, report, reporter);
+  opts.run_id = DeriveRunId(flags.run_id, RealGetEnv);
+  opts.gloo_host = flags.gloo_host;
+  core::Status st = harness::CheckAsRank(std::move(s), opts, env->rank, url, report, reporter);
   if (!st.ok()) {
     return core::Status(st.code(), "rank " + std::to_string(env->rank) + " of " + std::to_string(env->world) + " (" +
-                                       env->source + ", run '" + opts.sim.run_id + "'): " + st.message());
+                                       env->source + ", run '" + opts.run_id + "'): " + st.message());
   }
   return st;
 }

@@ -22,7 +22,7 @@
 #include "cli/scenario_flags.h"
 #include "core/report.h"
 #include "core/status.h"
-#include "sim/check.h"
+#include "harness/check.h"
 
 namespace ddpcheck::cli {
 
@@ -57,7 +57,7 @@ struct RankFlags {
 // Runs this process's rank (world = the launcher's world size; an explicit --world must agree) with `opts`
 // (backend, comm, timeout, dumps from `run`'s flags) and, on rank 0, fills *report and sets *reporter.
 // Other ranks return their finding, prefixed "rank R of W", or OK.
-core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, sim::CheckOptions opts,
+core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, harness::CheckOptions opts,
                             core::RunReport* report, bool* reporter);
 
 }  // namespace ddpcheck::cli

@@ -32,11 +32,11 @@ Status DistributedDataParallel::VerifyParams(bool reversed) {
   std::vector<ParamInfo> infos = replica_->ParamInfos();
   if (reversed) std::reverse(infos.begin(), infos.end());  // param-order: registered in another order
   const int world = comm_->world();
-  Span mine = replica_->Allocate(1, DType::kInt64);
-  Span all = replica_->Allocate(world, DType::kInt64);
-  replica_->FromHost(Tensor(DType::kInt64, {1}, {static_cast<double>(infos.size())}), mine);
+  Span mine = replica_->Memory().Allocate(1, DType::kInt64);
+  Span all = replica_->Memory().Allocate(world, DType::kInt64);
+  replica_->Memory().FromHost(Tensor(DType::kInt64, {1}, {static_cast<double>(infos.size())}), mine);
   DDPCHECK_RETURN_IF_ERROR(comm_->AllGather(mine, all, "allgather parameter count (DDP construction)"));
-  const std::vector<double> counts = replica_->ToHost(all, {world}).data;
+  const std::vector<double> counts = replica_->Memory().ToHost(all, {world}).data;
   for (int r = 0; r < world; ++r) {
     if (counts[static_cast<size_t>(r)] != counts[0]) {
       return Status::Mismatch("DDP expects same model across all ranks, but Rank " + std::to_string(comm_->rank()) +
@@ -51,14 +51,14 @@ Status DistributedDataParallel::VerifyParams(bool reversed) {
     meta.push_back(static_cast<double>(p.shape.size()));
     for (int64_t d : p.shape) meta.push_back(static_cast<double>(d));
   }
-  Span len = replica_->Allocate(1, DType::kInt64);
-  replica_->FromHost(Tensor(DType::kInt64, {1}, {static_cast<double>(meta.size())}), len);
+  Span len = replica_->Memory().Allocate(1, DType::kInt64);
+  replica_->Memory().FromHost(Tensor(DType::kInt64, {1}, {static_cast<double>(meta.size())}), len);
   DDPCHECK_RETURN_IF_ERROR(comm_->Broadcast(len, 0, "broadcast parameter shapes length (DDP construction)"));
-  const auto root_len = static_cast<int64_t>(replica_->ToHost(len, {1}).data[0]);
-  Span shapes = replica_->Allocate(root_len, DType::kInt64);
-  if (comm_->rank() == 0) replica_->FromHost(Tensor(DType::kInt64, {root_len}, meta), shapes);
+  const auto root_len = static_cast<int64_t>(replica_->Memory().ToHost(len, {1}).data[0]);
+  Span shapes = replica_->Memory().Allocate(root_len, DType::kInt64);
+  if (comm_->rank() == 0) replica_->Memory().FromHost(Tensor(DType::kInt64, {root_len}, meta), shapes);
   DDPCHECK_RETURN_IF_ERROR(comm_->Broadcast(shapes, 0, "broadcast parameter shapes (DDP construction)"));
-  const std::vector<double> root = replica_->ToHost(shapes, {root_len}).data;
+  const std::vector<double> root = replica_->Memory().ToHost(shapes, {root_len}).data;
   size_t pos = 0;
   for (size_t i = 0; i < infos.size(); ++i) {
     std::vector<int64_t> root_shape;
@@ -97,7 +97,7 @@ Status DistributedDataParallel::Init(const StepRecorder* rec, const DdpFaults& f
   if (faults.perturb_buffers) {
     // A buffer-only module outside the wrapper, initialised differently on this rank.
     for (size_t i = 0; i < replica_->BufferInfos().size(); ++i) {
-      if (IsFloating(replica_->BufferInfos()[i].dtype)) replica_->Fill(replica_->Buffer(static_cast<int>(i)), 0.5);
+      if (IsFloating(replica_->BufferInfos()[i].dtype)) replica_->Memory().Fill(replica_->Buffer(static_cast<int>(i)), 0.5);
     }
   }
   // _sync_module_states: parameters and (1.13: always) buffers from rank 0.
@@ -122,13 +122,13 @@ Status DistributedDataParallel::RebuildBuckets() {
     for (const auto& b : layout) flat.insert(flat.end(), b.begin(), b.end());
   }
   const int64_t max_len = 1 + 2 * static_cast<int64_t>(replica_->ParamInfos().size());
-  Span buf = replica_->Allocate(max_len, DType::kInt64);
+  Span buf = replica_->Memory().Allocate(max_len, DType::kInt64);
   if (comm_->rank() == 0) {
     flat.resize(static_cast<size_t>(max_len), 0.0);
-    replica_->FromHost(Tensor(DType::kInt64, {max_len}, flat), buf);
+    replica_->Memory().FromHost(Tensor(DType::kInt64, {max_len}, flat), buf);
   }
   DDPCHECK_RETURN_IF_ERROR(comm_->Broadcast(buf, 0, "broadcast rebuilt bucket layout (step " + std::to_string(step_) + ")"));
-  flat = replica_->ToHost(buf, {max_len}).data;
+  flat = replica_->Memory().ToHost(buf, {max_len}).data;
   const auto nb = static_cast<size_t>(flat[0]);
   std::vector<std::vector<int>> layout(nb);
   size_t pos = 1 + nb;

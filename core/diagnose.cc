@@ -9,7 +9,6 @@
 #include <fmt/ranges.h>
 
 #include "core/diagnose_syncbn.h"
-#include "core/fault_spec.h"
 
 namespace ddpcheck::core {
 
@@ -346,12 +345,6 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
       default:
         break;
     }
-  }
-  if (!d && !s.faults.empty()) {
-    // No evidence rule matched: name the injected fault with where it first showed.
-    const FaultInfo* info = FindFault(s.faults.front().name);
-    d = Make(s.faults.front().name, info ? info->kind : m.kind,
-             fmt::format("injected; first divergence at {} ({})", m.key.ToString(), info ? info->description : ""));
   }
   if (!d) d = Make("unknown", m.kind, DescribeMismatch(m));
   return d;

@@ -10,7 +10,8 @@
 
 namespace ddpcheck::core {
 
-// nullopt when the run passed and no fault was injected, or when no pattern matches.
+// Decides from the evidence in the traces alone (never from the name of an injected fault). nullopt when the
+// run passed; pattern "unknown" when no evidence rule matches.
 std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Trace& reference,
                                   const CompareResult& result);
 

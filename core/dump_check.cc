@@ -141,11 +141,4 @@ std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* r
   return best;
 }
 
-TolerancePolicy DumpPolicy(const TorchDump& dump) {
-  TolerancePolicy p = PolicyFor(dump.scenario);
-  p.exact = false;
-  p.safety = 1024.0;
-  return p;
-}
-
 }  // namespace ddpcheck::core

@@ -27,8 +27,4 @@ struct DumpFinding {
 // `reference` may be null (no replay): the local-gradient evidence is then left out.
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
 
-// The tolerance for the dump against the replay: PolicyFor(scenario) with a larger safety factor, because
-// torch's kernels (BLAS blocking, FMA) differ from the reference's, not only the all-reduce order.
-TolerancePolicy DumpPolicy(const TorchDump& dump);
-
 }  // namespace ddpcheck::core

@@ -38,6 +38,26 @@ PlanOptions SetupPlanOptions(const Scenario& s, int rank) {
   return o;
 }
 
+Scenario OracleScenario(const Scenario& s) {
+  Scenario o = s;
+  o.faults.clear();
+  o.sampler.uneven_split = UnevenSplit(s);
+  o.global_batch_mean = s.global_batch_mean || ScenarioHasFault(s, "uneven-shard-mean");
+  for (const auto& f : s.faults) {
+    if (f.name != "unused-param" && f.name != "different-forward-path") continue;
+    int layer = -1;  // the last Linear with in == out, as ScenarioForRank picks it
+    for (size_t i = 0; i < s.model.size(); ++i) {
+      if (s.model[i].type == "linear" && s.model[i].in_features == s.model[i].out_features) layer = static_cast<int>(i);
+    }
+    if (layer < 0) continue;  // ScenarioForRank refuses such a scenario before any run
+    LayerSpec& spec = o.model[static_cast<size_t>(layer)];
+    const int target = ResolvedRank(f, s.world);
+    spec.unused = true;
+    if (target >= 0) spec.unused_on_ranks.push_back(target);
+  }
+  return o;
+}
+
 RankFaults FaultsForRank(const Scenario& s, int rank) {
   RankFaults rf;
   rf.plan = SetupPlanOptions(s, rank);

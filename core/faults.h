@@ -42,6 +42,11 @@ RankFaults FaultsForRank(const Scenario& s, int rank);
 // The plan options of the user's setup for `rank` (faults aside): an uneven split (sampler.uneven_split, or
 // the faults uneven-shard-mean and syncbn-unequal-counts, whose rows describe one) trims ranks 1..W-1.
 PlanOptions SetupPlanOptions(const Scenario& s, int rank);
+// The scenario as the user's setup describes it, for the oracle: no faults, and what the faults that describe
+// a setup rather than a bug say turned into the scenario's own settings (an uneven split: sampler.uneven_split;
+// uneven-shard-mean: the single-process global-batch mean; unused-param and different-forward-path: the layer
+// not taken, as `unused` on those ranks). The reference runs this scenario and never sees a fault.
+Scenario OracleScenario(const Scenario& s);
 // Whether the scenario's data split is uneven (see SetupPlanOptions).
 bool UnevenSplit(const Scenario& s);
 bool ScenarioHasFault(const Scenario& s, const std::string& name);

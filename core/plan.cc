@@ -13,6 +13,12 @@ PlanOptions DefaultPlanOptions(const Scenario& s) {
   return o;
 }
 
+PlanOptions UserPlanOptions(const Scenario& s, int rank) {
+  PlanOptions o = DefaultPlanOptions(s);
+  if (s.sampler.uneven_split && rank > 0) o.trim_last_sample = true;
+  return o;
+}
+
 Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vector<StepPlan>* out) {
   out->clear();
   const int64_t k = std::max<int64_t>(1, s.ddp.no_sync_steps);

@@ -32,6 +32,9 @@ struct PlanOptions {
   bool trim_last_sample = false;  // this rank's shard loses its last sample (an uneven split, uneven-shard-mean)
 };
 PlanOptions DefaultPlanOptions(const Scenario& s);
+// The plan options of the user's setup for `rank` as the scenario's own settings say (no faults): with
+// sampler.uneven_split, ranks 1..W-1 have one sample fewer.
+PlanOptions UserPlanOptions(const Scenario& s, int rank);
 
 Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vector<StepPlan>* out);
 

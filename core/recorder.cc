@@ -23,7 +23,7 @@ void StepRecorder::RecordBuffers(Checkpoint c) const {
   if (!trace_) return;
   const auto& infos = replica_->BufferInfos();
   for (size_t i = 0; i < infos.size(); ++i) {
-    Tensor t = replica_->ToHost(replica_->Buffer(static_cast<int>(i)), infos[i].shape);
+    Tensor t = replica_->Memory().ToHost(replica_->Buffer(static_cast<int>(i)), infos[i].shape);
     t.dtype = infos[i].dtype;
     Record(c, infos[i].name, std::move(t));
   }

@@ -26,7 +26,7 @@ class StepRecorder {
   // Copies device memory `src` (shape `shape`) to the host and records it.
   void RecordSpan(Checkpoint c, const std::string& name, ConstSpan src, const std::vector<int64_t>& shape) const {
     if (!trace_) return;
-    Record(c, name, replica_->ToHost(src, shape));
+    Record(c, name, replica_->Memory().ToHost(src, shape));
   }
   void RecordParams(Checkpoint c) const;   // every parameter's value
   void RecordGrads(Checkpoint c) const;    // every defined gradient

@@ -35,7 +35,7 @@ void Reducer::SetBuckets(const std::vector<std::vector<int>>& layout) {
       bucket.offsets.push_back(bucket.numel);
       bucket.numel += infos[static_cast<size_t>(p)].numel();
     }
-    bucket.buffer = replica_->Allocate(bucket.numel, bucket.dtype);
+    bucket.buffer = replica_->Memory().Allocate(bucket.numel, bucket.dtype);
     buckets_.push_back(std::move(bucket));
   }
   for (size_t p = 0; p < infos.size(); ++p) {
@@ -75,13 +75,13 @@ void Reducer::WriteSlot(int param, bool defined) {
   Span view = View(b, static_cast<size_t>(slot_of_[pi]));
   const double world = comm_->world();
   if (!defined) {
-    replica_->Fill(view, 0.0);
+    replica_->Memory().Fill(view, 0.0);
   } else if (aliased_[pi]) {
     // gradient_as_bucket_view: the grad is the bucket view; torch does bucket_view.div_(div_factor).
-    replica_->CopyScaled(replica_->Grad(param), view, world, ScaleMode::kDivide);
+    replica_->Memory().CopyScaled(replica_->Grad(param), view, world, ScaleMode::kDivide);
   } else {
     // torch: at::mul_out(bucket_view, grad, wrapped_scalar(1.0 / div_factor)) -> grad * fl(1/W).
-    replica_->CopyScaled(replica_->Grad(param), view, 1.0 / world, ScaleMode::kMultiply);
+    replica_->Memory().CopyScaled(replica_->Grad(param), view, 1.0 / world, ScaleMode::kMultiply);
   }
 }
 
@@ -146,13 +146,13 @@ Status Reducer::FinishBackward() {
   std::vector<double> global_used(n, 1.0);
   if (spec_.find_unused_parameters) {
     // local_used_map, SUM-all-reduced once all buckets are launched.
-    Span map = replica_->Allocate(static_cast<int64_t>(n), DType::kInt32);
+    Span map = replica_->Memory().Allocate(static_cast<int64_t>(n), DType::kInt32);
     std::vector<double> local(n);
     for (size_t p = 0; p < n; ++p) local[p] = used_[p] ? 1.0 : 0.0;
-    replica_->FromHost(Tensor(DType::kInt32, {static_cast<int64_t>(n)}, local), map);
+    replica_->Memory().FromHost(Tensor(DType::kInt32, {static_cast<int64_t>(n)}, local), map);
     DDPCHECK_RETURN_IF_ERROR(comm_->AllReduceSum(
         map, "allreduce unused-parameter map (step " + std::to_string(rec_ ? rec_->step() : 0) + ")"));
-    global_used = replica_->ToHost(map, {static_cast<int64_t>(n)}).data;
+    global_used = replica_->Memory().ToHost(map, {static_cast<int64_t>(n)}).data;
   }
   // finalize_backward: copy reduced buckets back into the grads.
   for (const Bucket& b : buckets_) {
@@ -160,7 +160,7 @@ Status Reducer::FinishBackward() {
     for (size_t s = 0; s < b.params.size(); ++s) {
       const int p = b.params[s];
       if (global_used[static_cast<size_t>(p)] == 0.0) continue;  // globally unused: grad untouched
-      replica_->CopyScaled(View(b, s), replica_->Grad(p), 1.0, ScaleMode::kCopy);
+      replica_->Memory().CopyScaled(View(b, s), replica_->Grad(p), 1.0, ScaleMode::kCopy);
       replica_->SetGradDefined(p, true);
       if (spec_.gradient_as_bucket_view) aliased_[static_cast<size_t>(p)] = true;
     }

@@ -1,4 +1,6 @@
-// Replica: one model copy on one device. core/reducer drives it through this interface, so the DDP protocol
+// Replica: what one model copy on one device computes (forward, backward, the optimizer step, AMP's
+// unscale/clip), split from how its memory is laid out on that device (core/device_memory.h), the way Gloo
+// splits a Pair from its Device: a new layer touches a replica, a new device its DeviceMemory. core/reducer drives it through this interface, so the DDP protocol
 // is written once: sim/replica_cpu.cc (the reference layers) and real/replica_cuda.cc (cuBLAS + kernels)
 // implement it. Memory is the device's; Span points into it.
 #pragma once
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "core/scenario.h"
+#include "core/device_memory.h"
 #include "core/status.h"
 #include "core/sync_bn_group.h"
 #include "core/tensor.h"
@@ -35,10 +38,6 @@ struct ParamInfo {
 // backward pass, in the order autograd would fire DDP's hooks (torch: Linear bias before weight, BatchNorm
 // weight before bias, last layer first).
 using GradReadyFn = std::function<void(int param_index)>;
-
-// How CopyScaled combines: dst = src * fl(factor) (torch's mul by a wrapped scalar, factor rounded to the
-// element type first), dst = src / factor (true division), or a plain copy.
-enum class ScaleMode { kMultiply, kDivide, kCopy };
 
 class Replica {
  public:
@@ -70,14 +69,10 @@ class Replica {
   // optimizer.zero_grad(set_to_none).
   virtual void ZeroGrad(bool set_to_none) = 0;
 
-  // ---- memory and elementwise ops on this replica's device ----
-  // A zeroed buffer owned by the replica, valid for the replica's lifetime.
-  virtual Span Allocate(int64_t numel, DType dtype) = 0;
-  // dst[i] = src[i] combined with factor as `mode` says, computed in the element type. Same dtype and numel.
-  virtual void CopyScaled(ConstSpan src, Span dst, double factor, ScaleMode mode) = 0;
-  virtual void Fill(Span dst, double value) = 0;
-  virtual Tensor ToHost(ConstSpan src, const std::vector<int64_t>& shape) const = 0;
-  virtual void FromHost(const Tensor& src, Span dst) = 0;
+  // Where this replica's tensors live and how they move (core/device_memory.h): the reducer's bucket buffers,
+  // DDP's exchanges and the recorder's copies go through it.
+  virtual DeviceMemory& Memory() = 0;
+  virtual const DeviceMemory& Memory() const = 0;
 
   // ---- optimizer and AMP, run where the parameters live ----
   // One optimizer step with learning rate lr over parameters whose grad is defined (torch skips the rest).

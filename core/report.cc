@@ -217,6 +217,10 @@ nlohmann::json ReportToJson(const RunReport& r) {
     }
   }
   j["divergence_map"] = cells;
+  nlohmann::json cross = nlohmann::json::array();
+  for (const auto& c : r.cross_checks) cross.push_back({{"name", c.name}, {"pass", c.pass}, {"first", c.first}});
+  j["cross_checks"] = cross;
+  j["replay_note"] = r.replay_note;
   return j;
 }
 

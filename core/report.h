@@ -51,6 +51,14 @@ struct RunReport {
     bool failed = false;
   };
   std::map<int, std::map<int64_t, Cell>> divergence_map;  // rank -> step -> cell
+  // Further runs checked against the same oracle (torch-compare's sim replay): one verdict each.
+  struct CrossCheck {
+    std::string name;   // "sim (gloo) vs reference"
+    bool pass = true;
+    std::string first;  // the first divergence, described ("" when it passed)
+  };
+  std::vector<CrossCheck> cross_checks;
+  std::string replay_note;  // why the run was not compared with an oracle ("" when it was)
 
   bool pass() const { return result.pass; }
   int ExitCode() const { return result.pass ? 0 : 1; }

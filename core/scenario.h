@@ -135,6 +135,10 @@ struct Scenario {
   std::vector<FaultSpec> faults;
   int64_t epochs = 1;
   int64_t steps = -1;  // -1: all steps of all epochs; otherwise stop after this many optimizer steps
+  // The oracle's gradient: DDP's mean of the ranks' per-shard means (false), or the single-process mean over
+  // the global batch (true), which differ when shards are uneven. Not in the JSON: set by the harness from the
+  // uneven-shard-mean fault (core::OracleScenario).
+  bool global_batch_mean = false;
 };
 
 // Parses and validates. Errors name the JSON path: "s.json: /ddp/bucket_cap_mb: must be > 0, got -1".

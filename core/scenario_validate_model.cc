@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/json_reader.h"
+#include "core/model_check.h"
 #include "core/model_spec.h"
 #include "core/npy.h"
 #include "core/scenario_checks.h"
@@ -18,55 +19,6 @@ bool Loaded(const DataSpec& d) { return d.kind == "npy" || d.kind == "inline"; }
 std::string DataPath(const DataSpec& d, const std::string& key) {
   std::string file = key == "x" ? d.x_path : d.y_path;
   return "/data/" + key + (d.kind == "npy" ? " (" + file + ")" : "");
-}
-
-Status CheckLayer(const Scenario& s, size_t i, int64_t* width, std::string* width_from) {
-  const LayerSpec& l = s.model[i];
-  std::string path = JsonPath("/model", i);
-  auto must_match = [&](const std::string& key, int64_t v) -> Status {
-    if (*width > 0 && v != *width) {
-      return ValueError(JsonPath(path, key), "must equal " + *width_from + " (" + std::to_string(*width) + ")", v);
-    }
-    return Status::Ok();
-  };
-  if (l.type == "linear") {
-    if (l.in_features < 1) return ValueError(JsonPath(path, "in"), "must be >= 1", l.in_features);
-    if (l.out_features < 1) return ValueError(JsonPath(path, "out"), "must be >= 1", l.out_features);
-    DDPCHECK_RETURN_IF_ERROR(must_match("in", l.in_features));
-    *width = l.out_features;
-    *width_from = "the output width of " + path;
-  } else if (IsBatchNormType(l.type)) {
-    if (l.num_features < 1) return ValueError(JsonPath(path, "features"), "must be >= 1", l.num_features);
-    DDPCHECK_RETURN_IF_ERROR(must_match("features", l.num_features));
-    if (!(l.eps > 0)) return ValueError(JsonPath(path, "eps"), "must be > 0", l.eps);
-    if (!l.momentum_none && !(l.momentum >= 0 && l.momentum <= 1)) {
-      return ValueError(JsonPath(path, "momentum"), "must be in [0, 1] or null", l.momentum);
-    }
-    *width = l.num_features;
-    *width_from = "the output width of " + path;
-  } else if (l.type == "dropout") {
-    if (!(l.p >= 0 && l.p <= 1)) {
-      return ValueError(JsonPath(path, "p"), "must be in [0, 1] (torch: dropout probability has to be between 0 and 1)",
-                        l.p);
-    }
-  } else if (l.type != "relu" && l.type != "tanh") {
-    return Status::Invalid(JsonPath(path, "type") + ": unknown layer type '" + l.type +
-                           "'; expected one of linear, relu, tanh, batchnorm1d, syncbatchnorm1d, dropout");
-  }
-  if (l.type == "syncbatchnorm1d" && !l.unused_on_ranks.empty()) {
-    return Status::Invalid(JsonPath(path, "unused") +
-                           ": a syncbatchnorm1d cannot be unused on some ranks only: its collectives run on every "
-                           "rank that runs it, so the others would wait forever; use true (unused everywhere) or "
-                           "false");
-  }
-  for (size_t k = 0; k < l.unused_on_ranks.size(); ++k) {
-    int r = l.unused_on_ranks[k];
-    if (r < 0 || r >= s.world) {
-      return ValueError(JsonPath(JsonPath(path, "unused"), k), "must be a rank in [0, " + std::to_string(s.world) + ")",
-                        int64_t{r});
-    }
-  }
-  return Status::Ok();
 }
 
 // Loaded x and y against the model's input width, output width and the loss.
@@ -112,7 +64,6 @@ Status CheckSyntheticData(const Scenario& s, int64_t out_width) {
 }  // namespace
 
 Status CheckModelAndData(const Scenario& s) {
-  if (s.model.empty()) return Status::Invalid("/model: must have at least one layer, got []");
   const DataSpec& d = s.data;
   if (d.kind != "regression" && d.kind != "classification" && !Loaded(d)) {
     return Status::Invalid("/data/kind: must be regression, classification, npy or inline, got '" + d.kind + "'");
@@ -123,7 +74,7 @@ Status CheckModelAndData(const Scenario& s) {
     width = d.x.shape.size() == 2 ? d.x.shape[1] : 0;
     width_from = "the width of " + DataPath(d, "x");
   }
-  for (size_t i = 0; i < s.model.size(); ++i) DDPCHECK_RETURN_IF_ERROR(CheckLayer(s, i, &width, &width_from));
+  DDPCHECK_RETURN_IF_ERROR(CheckLayers(s.model, width, width_from, s.world, &width));
   if (width < 1) {
     return Status::Invalid("/model: has no linear, batchnorm1d or syncbatchnorm1d layer to fix the feature width");
   }

@@ -162,7 +162,7 @@ RC_GTEST_PROP(Amp, PowerOfTwoScaleThenUnscaleGivesBackEveryGradExactly, ()) {
       const double m = 1.0 + *rc::gen::inRange(0, 1 << 23) * 0x1p-23;
       g.push_back((*rc::gen::arbitrary<bool>() ? -1 : 1) * std::ldexp(m, *rc::gen::inRange(-20, 20)));
     }
-    rep->FromHost(core::Tensor(core::DType::kFloat32, {n}, g), rep->Grad(i));
+    rep->Memory().FromHost(core::Tensor(core::DType::kFloat32, {n}, g), rep->Grad(i));
     rep->SetGradDefined(i, true);
     want.emplace_back(g.begin(), g.end());
   }
@@ -171,7 +171,7 @@ RC_GTEST_PROP(Amp, PowerOfTwoScaleThenUnscaleGivesBackEveryGradExactly, ()) {
   rep->ScaleGrads(scaler.scale());
   RC_ASSERT(!rep->UnscaleGrads(scaler.inv_scale()));
   for (int i = 0; i < static_cast<int>(want.size()); ++i) {
-    const core::Tensor got = rep->ToHost(rep->Grad(i), {static_cast<int64_t>(want[static_cast<size_t>(i)].size())});
+    const core::Tensor got = rep->Memory().ToHost(rep->Grad(i), {static_cast<int64_t>(want[static_cast<size_t>(i)].size())});
     for (size_t k = 0; k < want[static_cast<size_t>(i)].size(); ++k) {
       RC_ASSERT(got.data[k] == static_cast<double>(want[static_cast<size_t>(i)][k]));
     }

@@ -9,7 +9,7 @@
 
 #include "core/report.h"
 #include "core/scenario.h"
-#include "sim/check.h"
+#include "harness/check.h"
 
 namespace ddpcheck {
 namespace {
@@ -75,10 +75,10 @@ RC_GTEST_PROP(NoFalseAlarm, RandomCleanScenariosPassEveryCheck, ()) {
   core::Scenario s = RandomCleanScenario();
   const core::Status valid = core::ValidateScenario(s);
   RC_PRE(valid.ok());
-  sim::CheckOptions opts;
-  opts.sim.comm = "local";
+  harness::CheckOptions opts;
+  opts.comm = "local";
   core::RunReport report;
-  const core::Status st = sim::RunCheck(s, opts, &report);
+  const core::Status st = harness::Check(s, opts, &report);
   RC_ASSERT(st.ok());
   if (!report.pass()) RC_LOG() << core::ScenarioToJson(s).dump() << "\n" << core::FormatTerminal(report);
   RC_ASSERT(report.pass());

@@ -1,6 +1,6 @@
 // KvStore: the key-value store the GPU world rendezvouses through (the NCCL unique id, the arrival records
 // that name missing ranks). real/ includes no Gloo: the composition root adapts the Gloo store the CPU world
-// uses (real/compose/hybrid_gloo.h), so both worlds of one run share one store. Keys are never overwritten:
+// uses (harness/gpu/hybrid_gloo.h), so both worlds of one run share one store. Keys are never overwritten:
 // every key is written once (Gloo's FileStore refuses a second set).
 #pragma once
 

@@ -36,7 +36,7 @@ core::Status MathModeFor(const core::Scenario& s, bool tf32, MathMode* out);
 core::DType MathModeRoundoffType(MathMode m);
 
 // What a rank's replica takes from the host side that real/ does not compute itself (real/ includes neither
-// reference/ nor sim/): built by real/compose/rank_setup_ref.h from the reference model of this rank.
+// reference/ nor sim/): built by harness/gpu/rank_setup_ref.h from the reference model of this rank.
 struct RankSetup {
   std::vector<core::LayerSpec> layers;  // this rank's model (after model-changing faults)
   std::string loss = "mse";
@@ -45,7 +45,9 @@ struct RankSetup {
   std::function<double()> dropout_uniform;      // the next draw of this rank's dropout stream, in [0, 1)
 };
 
-class CudaReplica final : public core::Replica {
+// The compute side (core::Replica) and the device memory (core::DeviceMemory) in one class for now: the
+// memory methods are the ones below Memory().
+class CudaReplica final : public core::Replica, public core::DeviceMemory {
  public:
   // Builds the replica on context->device(). The context must outlive the replica.
   static core::Status Create(const RankSetup& setup, const core::OptimizerSpec& optimizer, MathMode math,
@@ -70,6 +72,8 @@ class CudaReplica final : public core::Replica {
   core::Status SetSyncBnGroup(core::SyncBnGroup*) override { return core::Status::Ok(); }
   void ZeroGrad(bool set_to_none) override;
 
+  core::DeviceMemory& Memory() override { return *this; }
+  const core::DeviceMemory& Memory() const override { return *this; }
   core::Span Allocate(int64_t numel, core::DType dtype) override;
   void CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) override;
   void Fill(core::Span dst, double value) override;

@@ -29,7 +29,7 @@ int DeviceForRank(const std::string& comm, int rank, int device_count) {
 
 core::Status MakeCudaReplica(const core::Scenario& s, const RealOptions& opts, int rank, DeviceContext* ctx,
                              std::unique_ptr<CudaReplica>* out) {
-  if (!opts.setup) return core::Status::Invalid("RealOptions.setup is required (real/compose/rank_setup_ref.h)");
+  if (!opts.setup) return core::Status::Invalid("RealOptions.setup is required (harness/gpu/rank_setup_ref.h)");
   MathMode math;
   DDPCHECK_RETURN_IF_ERROR(MathModeFor(s, opts.tf32, &math));
   RankSetup setup;

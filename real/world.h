@@ -1,7 +1,7 @@
 // The GPU world: W ranks, each with its own DeviceContext, CudaReplica and Communicator, each running
 // core::RunRank (the loop every backend shares). Two ways to communicate:
 //   nccl:   NcclCommunicator, one GPU per rank (rank r on device r; W must not exceed the device count);
-//   hybrid: the caller's host communicator (Gloo, from real/compose/hybrid_gloo.h) behind a StagingCommunicator;
+//   hybrid: the caller's host communicator (Gloo, from harness/gpu/hybrid_gloo.h) behind a StagingCommunicator;
 //           ranks share GPUs (rank r on device r % count), so W may exceed the device count.
 // Ranks run as threads of this process (RunReal) or one per process (RunRealRank, with a shared store).
 #pragma once
@@ -29,7 +29,7 @@ struct RealOptions {
   std::chrono::milliseconds timeout = core::kDefaultTimeout;
   bool record = true;  // false: no trace (benchmarks)
   std::string run_id = "ddpcheck-real";
-  // Required: rank r's model, initial values and dropout stream (real/compose/rank_setup_ref.h).
+  // Required: rank r's model, initial values and dropout stream (harness/gpu/rank_setup_ref.h).
   RankSetupFn setup;
   // hybrid only: rank r's host communicator, called on rank r's thread.
   HostCommFn host_comm;

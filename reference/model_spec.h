@@ -16,13 +16,8 @@ struct ModelWidths {
   int64_t out = -1;
 };
 
-// Ok when: there is at least one layer; every type is one of linear, relu, tanh, batchnorm1d,
-// syncbatchnorm1d, dropout; sizes are positive; eps > 0; momentum and dropout p lie in [0, 1]; each layer's
-// input width equals the previous layer's output width; every layer that may be bypassed (unused,
-// unused_on_ranks) keeps its width (a linear needs in_features == out_features); a syncbatchnorm1d is not
-// unused on some ranks only (its collectives would not match); ranks are >= 0; loss is "mse" or
-// "cross_entropy".
-// Errors name the layer: "model/1 (batchnorm1d): num_features 8 does not match the previous output width 16".
+// Ok when the layer list and the loss pass the one model validation (core/model_check.h); errors name the
+// layer by JSON pointer ("/model/1/features: must equal the output width of /model/0 (16), got 8").
 // *widths (optional) receives the chain's input and output widths.
 core::Status ValidateModelSpec(const std::vector<core::LayerSpec>& layers, const std::string& loss,
                                ModelWidths* widths = nullptr);

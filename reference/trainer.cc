@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "core/faults.h"
+#include "core/plan.h"
 #include "core/amp.h"
 #include "core/lr_scheduler.h"
 #include "core/optimizer.h"
@@ -91,18 +91,16 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
   DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, 0, &master));
   std::vector<Model<T>> workers(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    // The user's model as each rank runs it (a branch not taken on some rank is the model's control flow;
-    // the oracle handles it as DDP with find_unused_parameters=True would).
-    core::Scenario rank_scenario;
-    DDPCHECK_RETURN_IF_ERROR(core::ModelScenarioForRank(s, r, &rank_scenario));
-    DDPCHECK_RETURN_IF_ERROR(BuildRankModel(rank_scenario, r, &workers[static_cast<size_t>(r)]));
+    // The user's model as each rank runs it (a layer `unused` on some rank is the model's control flow; the
+    // oracle handles it as DDP with find_unused_parameters=True would).
+    DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, r, &workers[static_cast<size_t>(r)]));
   }
   RecordParams(master, 0, Checkpoint::kInit, trace);
   RecordBuffers(master, 0, Checkpoint::kInit, core::kAllRanks, trace);
 
   std::vector<std::vector<core::StepPlan>> plans(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    DDPCHECK_RETURN_IF_ERROR(core::PlanRank(s, r, core::SetupPlanOptions(s, r), &plans[static_cast<size_t>(r)]));
+    DDPCHECK_RETURN_IF_ERROR(core::PlanRank(s, r, core::UserPlanOptions(s, r), &plans[static_cast<size_t>(r)]));
     if (plans[static_cast<size_t>(r)].size() != plans[0].size()) {
       return core::Status::Invalid(fmt::format(
           "reference: rank {} has {} optimizer steps and rank 0 has {}: a DDP run with uneven step counts hangs "
@@ -127,9 +125,9 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
   if (s.amp.enabled) DDPCHECK_RETURN_IF_ERROR(core::MakeGradScaler(s.amp, 1.0, &scaler));
   const core::AmpGradOps amp_ops{[&](float inv) { return UnscaleGrads(&master, inv); },
                                  [&] { return GradNorm(master); }, [&](double f) { ScaleGrads(&master, f); }};
-  // uneven-shard-mean: the oracle is the global-batch mean (each rank weighted by its sample count), which
-  // DDP's mean of per-rank means equals only when every rank's batch has the same size.
-  const bool global_mean = core::ScenarioHasFault(s, "uneven-shard-mean");
+  // The single-process global-batch mean (each rank weighted by its sample count), which DDP's mean of
+  // per-rank means equals only when every rank's batch has the same size.
+  const bool global_mean = s.global_batch_mean;
 
   for (size_t step_i = 0; step_i < plans[0].size(); ++step_i) {
     const int64_t step = plans[0][step_i].step;

@@ -19,7 +19,9 @@
 
 namespace ddpcheck::ref {
 
-// The scenario's data must be materialised (core::MaterializeData). Faults are ignored: this is the oracle.
+// The scenario's data must be materialised (core::MaterializeData). It never looks at faults (this is the
+// oracle): the harness passes core::OracleScenario(s), where the faults that describe the user's setup are
+// already the scenario's own settings.
 core::Status RunReference(const core::Scenario& s, core::Trace* out);
 
 }  // namespace ddpcheck::ref

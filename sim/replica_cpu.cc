@@ -9,19 +9,6 @@
 
 namespace ddpcheck::sim {
 
-namespace {
-template <typename U>
-void ConvertOut(const void* src, int64_t n, std::vector<double>* out) {
-  const U* p = static_cast<const U*>(src);
-  out->assign(p, p + n);
-}
-template <typename U>
-void ConvertIn(const std::vector<double>& src, void* dst) {
-  U* p = static_cast<U*>(dst);
-  for (size_t i = 0; i < src.size(); ++i) p[i] = static_cast<U>(src[i]);
-}
-}  // namespace
-
 template <typename T>
 core::Status CpuReplica<T>::Forward(const core::Batch& batch, double* loss) {
   ref::Matrix<T> x(batch.x.shape[0], batch.x.shape.size() > 1 ? batch.x.shape[1] : 1);
@@ -32,64 +19,6 @@ core::Status CpuReplica<T>::Forward(const core::Batch& batch, double* loss) {
   DDPCHECK_RETURN_IF_ERROR(model_.Forward(x, batch.y, &value));
   *loss = static_cast<double>(value);
   return core::Status::Ok();
-}
-
-template <typename T>
-core::Span CpuReplica<T>::Allocate(int64_t numel, core::DType dtype) {
-  allocations_.emplace_back(static_cast<size_t>(numel * core::ElementSize(dtype)), 0);
-  return {allocations_.back().data(), numel, dtype};
-}
-
-template <typename T>
-void CpuReplica<T>::CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) {
-  DDPCHECK_CHECK(src.dtype == kDType && dst.dtype == kDType, "CopyScaled on ", core::DTypeName(src.dtype));
-  DDPCHECK_CHECK_EQ(src.numel, dst.numel);
-  const T* s = static_cast<const T*>(src.data);
-  T* d = static_cast<T*>(dst.data);
-  const T f = static_cast<T>(factor);
-  switch (mode) {
-    case core::ScaleMode::kMultiply:
-      for (int64_t i = 0; i < src.numel; ++i) d[i] = s[i] * f;
-      break;
-    case core::ScaleMode::kDivide:
-      for (int64_t i = 0; i < src.numel; ++i) d[i] = s[i] / f;
-      break;
-    case core::ScaleMode::kCopy:
-      if (s != d) std::memcpy(d, s, static_cast<size_t>(src.numel) * sizeof(T));
-      break;
-  }
-}
-
-template <typename T>
-void CpuReplica<T>::Fill(core::Span dst, double value) {
-  core::Tensor t(dst.dtype, {dst.numel}, std::vector<double>(static_cast<size_t>(dst.numel), value));
-  FromHost(t, dst);
-}
-
-template <typename T>
-core::Tensor CpuReplica<T>::ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const {
-  core::Tensor t(src.dtype, shape, {});
-  switch (src.dtype) {
-    case core::DType::kFloat32: ConvertOut<float>(src.data, src.numel, &t.data); break;
-    case core::DType::kFloat64: ConvertOut<double>(src.data, src.numel, &t.data); break;
-    case core::DType::kInt32: ConvertOut<int32_t>(src.data, src.numel, &t.data); break;
-    case core::DType::kInt64: ConvertOut<int64_t>(src.data, src.numel, &t.data); break;
-    default: DDPCHECK_CHECK(false, "ToHost: unsupported dtype ", core::DTypeName(src.dtype));
-  }
-  DDPCHECK_CHECK_EQ(t.numel(), core::NumelOf(shape), "ToHost shape ", core::ShapeString(shape));
-  return t;
-}
-
-template <typename T>
-void CpuReplica<T>::FromHost(const core::Tensor& src, core::Span dst) {
-  DDPCHECK_CHECK_EQ(src.numel(), dst.numel);
-  switch (dst.dtype) {
-    case core::DType::kFloat32: ConvertIn<float>(src.data, dst.data); break;
-    case core::DType::kFloat64: ConvertIn<double>(src.data, dst.data); break;
-    case core::DType::kInt32: ConvertIn<int32_t>(src.data, dst.data); break;
-    case core::DType::kInt64: ConvertIn<int64_t>(src.data, dst.data); break;
-    default: DDPCHECK_CHECK(false, "FromHost: unsupported dtype ", core::DTypeName(dst.dtype));
-  }
 }
 
 template <typename T>

@@ -2,8 +2,6 @@
 // Each sim rank owns one; the reference trainer uses the same model class directly.
 #pragma once
 
-#include <cstring>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -11,6 +9,7 @@
 #include "core/replica.h"
 #include "core/scenario.h"
 #include "reference/model.h"
+#include "sim/memory_cpu.h"
 
 namespace ddpcheck::sim {
 
@@ -42,11 +41,8 @@ class CpuReplica : public core::Replica {
   }
   void ZeroGrad(bool set_to_none) override { model_.ZeroGrad(set_to_none); }
 
-  core::Span Allocate(int64_t numel, core::DType dtype) override;
-  void CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) override;
-  void Fill(core::Span dst, double value) override;
-  core::Tensor ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const override;
-  void FromHost(const core::Tensor& src, core::Span dst) override;
+  core::DeviceMemory& Memory() override { return memory_; }
+  const core::DeviceMemory& Memory() const override { return memory_; }
 
   core::Status OptimizerStep(double lr) override;
   bool UnscaleGrads(float inv_scale) override;
@@ -59,7 +55,7 @@ class CpuReplica : public core::Replica {
   ref::Model<T> model_;
   core::OptimizerSpec optimizer_;
   std::vector<core::ParamState<T>> state_;
-  std::deque<std::vector<char>> allocations_;
+  CpuMemory memory_;
 };
 
 // Builds rank `rank`'s replica of the scenario: the model, initialised as the scenario says for this rank

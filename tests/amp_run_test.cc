@@ -12,7 +12,7 @@
 #include "core/grad_scaler.h"
 #include "core/scenario.h"
 #include "core/train_loop.h"
-#include "sim/check.h"
+#include "harness/check.h"
 #include "tests/amp_world.h"
 
 namespace ddpcheck {
@@ -75,10 +75,10 @@ class AmpRun : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AmpRun, DefaultScenarioPassesAgainstTheReference) {
   const core::Scenario s = AmpDefault(GetParam());
-  sim::CheckOptions opts;
+  harness::CheckOptions opts;
   core::RunReport report;
   core::Trace got, ref;
-  ASSERT_TRUE(sim::RunCheck(s, opts, &report, &got, &ref).ok());
+  ASSERT_TRUE(harness::Check(s, opts, &report, &got, &ref).ok());
   EXPECT_TRUE(report.pass()) << (report.result.first ? report.result.first->key.ToString() + " " +
                                                            report.result.first->message
                                                      : std::string("no first mismatch"));
@@ -94,10 +94,10 @@ TEST(AmpRun, ClippingAfterUnscaleBoundsTheUnscaledGradNormAndPasses) {
   core::Scenario s = AmpDefault("fp16");
   s.amp.clip_grad_norm = 0.05;
   s.steps = 6;
-  sim::CheckOptions opts;
+  harness::CheckOptions opts;
   core::RunReport report;
   core::Trace got, ref;
-  ASSERT_TRUE(sim::RunCheck(s, opts, &report, &got, &ref).ok());
+  ASSERT_TRUE(harness::Check(s, opts, &report, &got, &ref).ok());
   EXPECT_TRUE(report.pass()) << (report.result.first ? report.result.first->key.ToString() : "");
   int clipped = 0;
   for (int64_t k = 0; k < 6; ++k) {
@@ -117,10 +117,10 @@ TEST(AmpRun, HugeInitScaleOverflowsOnStepZeroOnEveryRankAndBacksOffIdentically) 
   core::Scenario s = AmpDefault("fp16");
   s.amp.init_scale = std::ldexp(1.0, 40);
   s.steps = 4;
-  sim::CheckOptions opts;
+  harness::CheckOptions opts;
   core::RunReport report;
   core::Trace got, ref;
-  ASSERT_TRUE(sim::RunCheck(s, opts, &report, &got, &ref).ok());
+  ASSERT_TRUE(harness::Check(s, opts, &report, &got, &ref).ok());
   EXPECT_TRUE(report.pass()) << (report.result.first ? report.result.first->key.ToString() : "");
   for (int r = -1; r < s.world; ++r) {
     const core::Trace& t = r < 0 ? ref : got;
@@ -143,11 +143,11 @@ TEST(AmpRun, ScalerSequenceBacksOffThenGrowsAsGradScalerSays) {
   core::Scenario s = AmpDefault("fp16");
   s.amp.init_scale = std::ldexp(1.0, 24);
   s.amp.growth_interval = 3;
-  sim::CheckOptions opts;
-  opts.sim.comm = "local";
+  harness::CheckOptions opts;
+  opts.comm = "local";
   core::RunReport report;
   core::Trace got, ref;
-  ASSERT_TRUE(sim::RunCheck(s, opts, &report, &got, &ref).ok());
+  ASSERT_TRUE(harness::Check(s, opts, &report, &got, &ref).ok());
   EXPECT_TRUE(report.pass()) << (report.result.first ? report.result.first->key.ToString() : "");
   const std::vector<bool> infs = ExpectScalerSequence(s, got, ref);
   ASSERT_FALSE(infs.empty());

@@ -41,7 +41,7 @@ class InfInjectingReplica : public core::Replica {
     return inner_->Backward(loss_scale, [&](int i) {
       if (inject && !done) {
         core::Tensor inf(ParamInfos()[static_cast<size_t>(i)].dtype, {1}, {std::numeric_limits<double>::infinity()});
-        inner_->FromHost(inf, {inner_->Grad(i).data, 1, inner_->Grad(i).dtype});
+        inner_->Memory().FromHost(inf, {inner_->Grad(i).data, 1, inner_->Grad(i).dtype});
         done = true;
       }
       if (on_ready) on_ready(i);
@@ -49,15 +49,8 @@ class InfInjectingReplica : public core::Replica {
   }
   core::Status SetSyncBnGroup(core::SyncBnGroup* g) override { return inner_->SetSyncBnGroup(g); }
   void ZeroGrad(bool s) override { inner_->ZeroGrad(s); }
-  core::Span Allocate(int64_t n, core::DType d) override { return inner_->Allocate(n, d); }
-  void CopyScaled(core::ConstSpan s, core::Span d, double f, core::ScaleMode m) override {
-    inner_->CopyScaled(s, d, f, m);
-  }
-  void Fill(core::Span d, double v) override { inner_->Fill(d, v); }
-  core::Tensor ToHost(core::ConstSpan s, const std::vector<int64_t>& shape) const override {
-    return inner_->ToHost(s, shape);
-  }
-  void FromHost(const core::Tensor& s, core::Span d) override { inner_->FromHost(s, d); }
+  core::DeviceMemory& Memory() override { return inner_->Memory(); }
+  const core::DeviceMemory& Memory() const override { return inner_->Memory(); }
   core::Status OptimizerStep(double lr) override { return inner_->OptimizerStep(lr); }
   bool UnscaleGrads(float inv) override { return inner_->UnscaleGrads(inv); }
   double GradNorm() override { return inner_->GradNorm(); }

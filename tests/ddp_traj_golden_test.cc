@@ -9,7 +9,7 @@
 
 #include "core/scenario.h"
 #include "core/trace.h"
-#include "sim/check.h"
+#include "harness/check.h"
 #include "tests/test_util.h"
 
 namespace ddpcheck {
@@ -120,10 +120,10 @@ class DdpTrajGolden : public ::testing::TestWithParam<std::string> {};
 TEST_P(DdpTrajGolden, ReferenceAndSimReproduceTorchAtEveryStep) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(core::ValidateScenario(g.scenario).ok()) << core::ValidateScenario(g.scenario).ToString();
-  sim::CheckOptions opts;
+  harness::CheckOptions opts;
   core::RunReport report;
   core::Trace sim_trace, ref_trace;
-  core::Status st = sim::RunCheck(g.scenario, opts, &report, &sim_trace, &ref_trace);
+  core::Status st = harness::Check(g.scenario, opts, &report, &sim_trace, &ref_trace);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(report.pass()) << core::FormatTerminal(report);
 

@@ -9,7 +9,7 @@
 
 #include "core/fault_spec.h"
 #include "core/scenario.h"
-#include "sim/check.h"
+#include "harness/check.h"
 #include "tests/test_util.h"
 
 namespace ddpcheck {
@@ -72,10 +72,10 @@ class FaultScenario : public ::testing::TestWithParam<std::string> {};
 TEST_P(FaultScenario, IsDetectedWhereBugsMdSaysWithItsPattern) {
   const std::string name = GetParam();
   core::Scenario s = Load(name);
-  sim::CheckOptions opts;
-  opts.sim.comm = "local";
+  harness::CheckOptions opts;
+  opts.comm = "local";
   core::RunReport report;
-  core::Status st = sim::RunCheck(s, opts, &report);
+  core::Status st = harness::Check(s, opts, &report);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_FALSE(report.pass()) << core::FormatTerminal(report);
   EXPECT_EQ(report.ExitCode(), 1);
@@ -100,10 +100,10 @@ TEST_P(FaultScenario, IsDetectedWhereBugsMdSaysWithItsPattern) {
 TEST_P(FaultScenario, PassesWithNoFaults) {
   core::Scenario s = Load(GetParam());
   s.faults.clear();
-  sim::CheckOptions opts;
-  opts.sim.comm = "local";
+  harness::CheckOptions opts;
+  opts.comm = "local";
   core::RunReport report;
-  core::Status st = sim::RunCheck(s, opts, &report);
+  core::Status st = harness::Check(s, opts, &report);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(report.pass()) << core::FormatTerminal(report);
 }
@@ -124,10 +124,10 @@ TEST(FaultScenario, EveryCatalogRowHasAScenario) {
 TEST(FaultScenario, SyncBnUnequalCountsNeedsASyncBatchNormLayer) {
   core::Scenario s = Load("uneven-shard-mean");  // BatchNorm1d, no SyncBatchNorm
   s.faults = {{"syncbn-unequal-counts", -1, -1}};
-  sim::CheckOptions opts;
-  opts.sim.comm = "local";
+  harness::CheckOptions opts;
+  opts.comm = "local";
   core::RunReport report;
-  const core::Status st = sim::RunCheck(s, opts, &report);
+  const core::Status st = harness::Check(s, opts, &report);
   EXPECT_EQ(st.code(), core::Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("needs a syncbatchnorm1d layer"), std::string::npos) << st.message();
 }
@@ -135,10 +135,10 @@ TEST(FaultScenario, SyncBnUnequalCountsNeedsASyncBatchNormLayer) {
 TEST(FaultScenario, HangOverGlooEndsWithinTheTimeoutNamingTheMissingRank) {
   core::Scenario s = Load("bypass-ddp");
   s.ddp.timeout_ms = 1500;
-  sim::CheckOptions opts;  // gloo
+  harness::CheckOptions opts;  // gloo
   core::RunReport report;
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(sim::RunCheck(s, opts, &report).ok());
+  ASSERT_TRUE(harness::Check(s, opts, &report).ok());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 30.0);
   bool named = false;

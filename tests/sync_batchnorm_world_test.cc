@@ -11,7 +11,7 @@
 #include "core/scenario.h"
 #include "core/train_loop.h"
 #include "reference/trainer.h"
-#include "sim/check.h"
+#include "harness/check.h"
 
 namespace ddpcheck {
 namespace {
@@ -54,10 +54,10 @@ core::Scenario SyncBnScenario(int world, core::DType precision) {
 core::RunReport Check(const core::Scenario& s, const std::string& comm) {
   const core::Status valid = core::ValidateScenario(s);
   EXPECT_TRUE(valid.ok()) << valid.ToString();
-  sim::CheckOptions opts;
-  opts.sim.comm = comm;
+  harness::CheckOptions opts;
+  opts.comm = comm;
   core::RunReport report;
-  const core::Status st = sim::RunCheck(s, opts, &report);
+  const core::Status st = harness::Check(s, opts, &report);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return report;
 }

@@ -5,10 +5,10 @@
 
 #include "core/compare.h"
 #include "core/train_loop.h"
-#include "real/compose/hybrid_gloo.h"
-#include "real/compose/rank_setup_ref.h"
+#include "harness/gpu/hybrid_gloo.h"
+#include "harness/gpu/rank_setup_ref.h"
 #include "real/world.h"
-#include "sim/check.h"
+#include "harness/check.h"
 #include "sim/world.h"
 
 namespace ddpcheck::real {
@@ -29,26 +29,23 @@ core::Scenario Fp32Scenario(int world) {
 
 TEST_P(HybridWorld, MatchesTheCpuWorldWithinTheDerivedTolerance) {
   const core::Scenario s = Fp32Scenario(GetParam());
-  core::Trace cpu, gpu;
-  core::Status finding;
-  ASSERT_TRUE(sim::RunSim(s, sim::SimOptions{}, &cpu, &finding).ok());
-  ASSERT_TRUE(finding.ok()) << finding.ToString();
-  RealOptions ro = WithGlooHybrid(WithReferenceSetup(RealOptions{}), s.world);
-  ro.run_id = "hybrid-test-" + std::to_string(s.world);
-  ASSERT_TRUE(RunReal(s, ro, &gpu, &finding).ok());
-  ASSERT_TRUE(finding.ok()) << finding.ToString();
-  const core::CompareResult r = sim::CompareRun(gpu, cpu, core::PolicyFor(s));
-  EXPECT_TRUE(r.pass) << (r.first ? core::DescribeMismatch(*r.first) : std::string("?"));
+  harness::CheckOptions o;  // the hybrid world against the CPU world, through the one harness
+  o.got.kind = harness::SourceKind::kHybrid;
+  o.want = harness::Source{harness::SourceKind::kSim, ""};
+  o.run_id = "hybrid-test-" + std::to_string(s.world);
+  core::RunReport report;
+  ASSERT_TRUE(harness::Check(s, o, &report).ok());
+  EXPECT_TRUE(report.pass()) << core::FormatTerminal(report);
 }
 
 TEST_P(HybridWorld, TwoRunsAreBitwiseIdentical) {
   const core::Scenario s = Fp32Scenario(GetParam());
   core::Trace a, b;
-  RealOptions ro = WithReferenceSetup(RealOptions{});
+  RealOptions ro = harness::WithReferenceSetup(RealOptions{});
   ro.run_id = "hybrid-det-a";
-  ASSERT_TRUE(RunReal(s, WithGlooHybrid(ro, s.world), &a).ok());
+  ASSERT_TRUE(RunReal(s, harness::WithGlooHybrid(ro, s.world), &a).ok());
   ro.run_id = "hybrid-det-b";
-  ASSERT_TRUE(RunReal(s, WithGlooHybrid(ro, s.world), &b).ok());
+  ASSERT_TRUE(RunReal(s, harness::WithGlooHybrid(ro, s.world), &b).ok());
   ASSERT_EQ(a.records().size(), b.records().size());
   for (const auto& [key, t] : a.records()) {
     const core::Tensor* o = b.Find(key);

@@ -8,7 +8,7 @@
 
 #include "core/optimizer.h"
 #include "core/scenario.h"
-#include "real/compose/rank_setup_ref.h"
+#include "harness/gpu/rank_setup_ref.h"
 #include "real/device_context.h"
 #include "real/replica_cuda.h"
 #include "reference/model.h"
@@ -65,7 +65,7 @@ void ExpectMatchesReference(core::DType precision, const std::string& loss, doub
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::Create(0, &ctx).ok());
   RankSetup setup;
-  ASSERT_TRUE(ReferenceRankSetup(s, 1, &setup).ok());
+  ASSERT_TRUE(harness::ReferenceRankSetup(s, 1, &setup).ok());
   std::unique_ptr<CudaReplica> gpu;
   const MathMode math = precision == core::DType::kFloat64 ? MathMode::kFp64 : MathMode::kFp32;
   ASSERT_TRUE(CudaReplica::Create(setup, s.optimizer, math, ctx.get(), &gpu).ok());
@@ -124,7 +124,7 @@ void ExpectOptimizerBitwise(const core::OptimizerSpec& spec) {
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::Create(0, &ctx).ok());
   RankSetup setup;
-  ASSERT_TRUE(ReferenceRankSetup(s, 0, &setup).ok());
+  ASSERT_TRUE(harness::ReferenceRankSetup(s, 0, &setup).ok());
   std::unique_ptr<CudaReplica> gpu;
   ASSERT_TRUE(CudaReplica::Create(setup, spec, MathMode::kFp32, ctx.get(), &gpu).ok());
   std::vector<float> p(setup.initial["0.weight"].data.begin(), setup.initial["0.weight"].data.end());
@@ -170,7 +170,7 @@ TEST(CudaReplica, UnscaleReportsNonFiniteGradsAndScalesByInverse) {
   std::unique_ptr<DeviceContext> ctx;
   ASSERT_TRUE(DeviceContext::Create(0, &ctx).ok());
   RankSetup setup;
-  ASSERT_TRUE(ReferenceRankSetup(s, 0, &setup).ok());
+  ASSERT_TRUE(harness::ReferenceRankSetup(s, 0, &setup).ok());
   std::unique_ptr<CudaReplica> gpu;
   ASSERT_TRUE(CudaReplica::Create(setup, s.optimizer, MathMode::kFp32, ctx.get(), &gpu).ok());
   gpu->FromHost(core::Tensor(core::DType::kFloat32, {2, 2}, {4, 8, -16, 2}), gpu->Grad(0));

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/report.h"
-#include "real/compose/gpu_check.h"
+#include "harness/check.h"
 #include "real/device.h"
 
 namespace ddpcheck::real {
@@ -24,11 +24,11 @@ core::Scenario Scenario(int world, const std::string& amp) {
 }
 
 void ExpectPass(const core::Scenario& s, const std::string& backend, bool tf32) {
-  GpuCheckOptions o;
-  o.backend = backend;
+  harness::CheckOptions o;
+  o.got.kind = backend == "hybrid" ? harness::SourceKind::kHybrid : harness::SourceKind::kGpu;
   o.tf32 = tf32;
   core::RunReport report;
-  const core::Status st = RunGpuCheck(s, o, &report);
+  const core::Status st = harness::Check(s, o, &report);
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_TRUE(report.pass()) << core::FormatTerminal(report);
 }
@@ -45,10 +45,10 @@ TEST(GpuRun, RefusesSyncBatchNormNamingTheLayerInsteadOfRunningItAsBatchNorm) {
   core::Scenario s = Scenario(2, "");
   s.model[1].type = "syncbatchnorm1d";
   for (const std::string backend : {"real", "hybrid"}) {
-    GpuCheckOptions o;
-    o.backend = backend;
+    harness::CheckOptions o;
+    o.got.kind = backend == "hybrid" ? harness::SourceKind::kHybrid : harness::SourceKind::kGpu;
     core::RunReport report;
-    const core::Status st = RunGpuCheck(s, o, &report);
+    const core::Status st = harness::Check(s, o, &report);
     EXPECT_EQ(st.code(), core::Code::kInvalidArgument) << st.ToString();
     EXPECT_NE(st.message().find("/model/1: syncbatchnorm1d is not implemented by the GPU world"), std::string::npos)
         << st.message();

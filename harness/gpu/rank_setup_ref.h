@@ -9,11 +9,11 @@
 #include "real/replica_cuda.h"
 #include "real/world.h"
 
-namespace ddpcheck::real {
+namespace ddpcheck::harness {
 
-core::Status ReferenceRankSetup(const core::Scenario& s, int rank, RankSetup* out);
+core::Status ReferenceRankSetup(const core::Scenario& s, int rank, real::RankSetup* out);
 
 // `opts` with setup = ReferenceRankSetup.
-RealOptions WithReferenceSetup(RealOptions opts);
+real::RealOptions WithReferenceSetup(real::RealOptions opts);
 
-}  // namespace ddpcheck::real
+}  // namespace ddpcheck::harness

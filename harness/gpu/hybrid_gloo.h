@@ -1,5 +1,5 @@
 // The hybrid world's host side: each rank's Gloo communicator (sim/'s, over one in-process store, exactly as
-// sim::RunSim builds them), handed to real::RunReal, which stages device buffers through it. And a KvStore over
+// sim::RunSim builds them), handed to real::RunReal, which stages device buffers through it. And a real::KvStore over
 // any Gloo store, so ranks as processes share the FileStore the CPU world's launcher uses.
 #pragma once
 
@@ -14,15 +14,15 @@ namespace gloo::rendezvous {
 class Store;
 }
 
-namespace ddpcheck::real {
+namespace ddpcheck::harness {
 
 // Rank r's GlooCommunicator of a world of `world` ranks (all created through one shared store).
-HostCommFn GlooHostComms(int world, const std::string& run_id, std::chrono::milliseconds timeout);
+real::HostCommFn GlooHostComms(int world, const std::string& run_id, std::chrono::milliseconds timeout);
 
 // `opts` set up for hybrid: comm "hybrid", host_comm = GlooHostComms(world, ...).
-RealOptions WithGlooHybrid(RealOptions opts, int world);
+real::RealOptions WithGlooHybrid(real::RealOptions opts, int world);
 
-class GlooKvStore final : public KvStore {
+class GlooKvStore final : public real::KvStore {
  public:
   explicit GlooKvStore(std::shared_ptr<gloo::rendezvous::Store> store) : store_(std::move(store)) {}
   void Set(const std::string& key, const std::vector<char>& value) override;
@@ -32,4 +32,4 @@ class GlooKvStore final : public KvStore {
   std::shared_ptr<gloo::rendezvous::Store> store_;
 };
 
-}  // namespace ddpcheck::real
+}  // namespace ddpcheck::harness

@@ -1,15 +1,15 @@
-// `ddpcheck gpu-report [SCENARIO...] [--out DIR]`: the GPU matrix (real/compose/gpu_check.h): fp32, tf32,
+// `ddpcheck gpu-report [SCENARIO...] [--out DIR]`: the GPU matrix (harness/gpu.h): fp32, tf32,
 // fp16-amp, bf16-amp x scenarios x W (up to the GPU count for NCCL, up to 8 for hybrid), errors against the fp64
 // reference and the CPU world, determinism, rank consistency, provenance. Writes DIR/gpu_report.{json,md};
 // the exit code is the verdict. Without a GPU it says so and exits 2.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "cli/command.h"
-#include "real/compose/gpu_check.h"
-#include "real/device.h"
+#include "core/communicator.h"
+#include "core/file.h"
+#include "harness/gpu.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -24,13 +24,7 @@ struct GpuReportArgs {
 };
 
 int Run(const GpuReportArgs& a) {
-  if (real::DeviceCount() == 0) {
-    std::cerr << "ddpcheck gpu-report: no CUDA device on this machine ("
-              << real::ProvenanceLine(real::GetProvenance())
-              << "). Run it on a GPU box (docs/gpu.md); committed reports live in reports/gpu/.\n";
-    return 2;
-  }
-  real::MatrixOptions opts;
+  harness::GpuMatrixOptions opts;
   if (a.scenarios.empty()) opts.scenarios.push_back(core::DefaultScenario());
   for (const std::string& path : a.scenarios) {
     core::Scenario s;
@@ -44,12 +38,14 @@ int Run(const GpuReportArgs& a) {
   opts.timeout = std::chrono::milliseconds(a.timeout_ms);
   nlohmann::json json;
   std::string md;
-  core::Status st = real::RunGpuMatrix(opts, &json, &md);
-  if (!st.ok()) return Fail("gpu-report", st);
+  core::Status st = harness::RunGpuMatrix(opts, &json, &md);
+  if (!st.ok()) return Fail("gpu-report", st.Prefixed("no report written (committed GPU reports live in reports/gpu/)"));
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
-  std::ofstream(a.out + "/gpu_report.json") << json.dump(2) << "\n";
-  std::ofstream(a.out + "/gpu_report.md") << md;
+  if (ec) return Fail("gpu-report", core::Status::Io("--out " + a.out + ": " + ec.message()));
+  st = core::WriteStringToFile(a.out + "/gpu_report.json", json.dump(2) + "\n");
+  if (st.ok()) st = core::WriteStringToFile(a.out + "/gpu_report.md", md);
+  if (!st.ok()) return Fail("gpu-report", st);
   std::cout << md << "\nwritten: " << a.out << "/gpu_report.{json,md}\n";
   return json.value("verdict", "FAILED") == "OK" ? 0 : 1;
 }

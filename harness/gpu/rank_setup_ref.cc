@@ -1,4 +1,4 @@
-#include "real/compose/rank_setup_ref.h"
+#include "harness/gpu/rank_setup_ref.h"
 
 #include <memory>
 #include <random>
@@ -7,11 +7,11 @@
 #include "reference/model.h"
 #include "reference/rank_model.h"
 
-namespace ddpcheck::real {
+namespace ddpcheck::harness {
 
 namespace {
 template <typename T>
-core::Status Fill(const core::Scenario& rs, int rank, RankSetup* out) {
+core::Status Fill(const core::Scenario& rs, int rank, real::RankSetup* out) {
   ref::Model<T> m;
   DDPCHECK_RETURN_IF_ERROR(ref::BuildRankModel(rs, rank, &m));
   for (int i = 0; i < m.num_params(); ++i) {
@@ -30,10 +30,10 @@ core::Status Fill(const core::Scenario& rs, int rank, RankSetup* out) {
 }
 }  // namespace
 
-core::Status ReferenceRankSetup(const core::Scenario& s, int rank, RankSetup* out) {
+core::Status ReferenceRankSetup(const core::Scenario& s, int rank, real::RankSetup* out) {
   core::Scenario rs;
   DDPCHECK_RETURN_IF_ERROR(core::ScenarioForRank(s, rank, &rs));
-  RankSetup setup;
+  real::RankSetup setup;
   setup.layers = rs.model;
   setup.loss = rs.loss;
   if (rs.precision == core::DType::kFloat32) {
@@ -48,9 +48,9 @@ core::Status ReferenceRankSetup(const core::Scenario& s, int rank, RankSetup* ou
   return core::Status::Ok();
 }
 
-RealOptions WithReferenceSetup(RealOptions opts) {
+real::RealOptions WithReferenceSetup(real::RealOptions opts) {
   opts.setup = ReferenceRankSetup;
   return opts;
 }
 
-}  // namespace ddpcheck::real
+}  // namespace ddpcheck::harness

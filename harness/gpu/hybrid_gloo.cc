@@ -1,11 +1,11 @@
-#include "real/compose/hybrid_gloo.h"
+#include "harness/gpu/hybrid_gloo.h"
 
 #include "sim/communicator_gloo.h"
 #include "sim/store.h"
 
-namespace ddpcheck::real {
+namespace ddpcheck::harness {
 
-HostCommFn GlooHostComms(int world, const std::string& run_id, std::chrono::milliseconds timeout) {
+real::HostCommFn GlooHostComms(int world, const std::string& run_id, std::chrono::milliseconds timeout) {
   auto store = std::make_shared<sim::MemoryStore>();
   return [store, world, run_id, timeout](int rank, std::unique_ptr<core::Communicator>* out) {
     std::unique_ptr<sim::GlooCommunicator> comm;
@@ -15,7 +15,7 @@ HostCommFn GlooHostComms(int world, const std::string& run_id, std::chrono::mill
   };
 }
 
-RealOptions WithGlooHybrid(RealOptions opts, int world) {
+real::RealOptions WithGlooHybrid(real::RealOptions opts, int world) {
   opts.comm = "hybrid";
   opts.host_comm = GlooHostComms(world, opts.run_id + "-gloo", opts.timeout);
   return opts;
@@ -30,4 +30,4 @@ bool GlooKvStore::TryGet(const std::string& key, std::vector<char>* value) {
   return true;
 }
 
-}  // namespace ddpcheck::real
+}  // namespace ddpcheck::harness

@@ -1,0 +1,28 @@
+// DeviceMemory: how a replica's tensors are laid out on its device and moved between device and host. The
+// compute side is core/replica.h; sim/memory_cpu.h (host memory) and real/'s CUDA memory implement this.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ddpcheck::core {
+
+// How CopyScaled combines: dst = src * fl(factor) (torch's mul by a wrapped scalar, factor rounded to the
+// element type first), dst = src / factor (true division), or a plain copy.
+enum class ScaleMode { kMultiply, kDivide, kCopy };
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // A zeroed buffer owned by this memory, valid for its lifetime.
+  virtual Span Allocate(int64_t numel, DType dtype) = 0;
+  // dst[i] = src[i] combined with factor as `mode` says, computed in the element type. Same dtype and numel.
+  virtual void CopyScaled(ConstSpan src, Span dst, double factor, ScaleMode mode) = 0;
+  virtual void Fill(Span dst, double value) = 0;
+  virtual Tensor ToHost(ConstSpan src, const std::vector<int64_t>& shape) const = 0;
+  virtual void FromHost(const Tensor& src, Span dst) = 0;
+};
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,95 @@
+#include "harness/check.h"
+
+#include <algorithm>
+
+#include "core/diagnose.h"
+#include "core/dump_check.h"
+#include "core/fault_spec.h"
+#include "core/train_loop.h"
+#include "harness/compose.h"
+#include "harness/sources.h"
+#include "harness/tolerance.h"
+
+namespace ddpcheck::harness {
+
+namespace {
+
+// The oracle of a check: a stored trace or another world when asked, else the scenario's reference.
+core::Status ProduceWant(const core::Scenario* s, const CheckOptions& opts, Produced* want) {
+  const Source src = opts.want.value_or(Source{SourceKind::kReference, ""});
+  if (src.kind == SourceKind::kReference && s && opts.oracle_precision) {
+    core::Scenario at = *s;
+    at.precision = *opts.oracle_precision;
+    at.amp.enabled = false;
+    DDPCHECK_RETURN_IF_ERROR(Produce(src, &at, opts, want));
+    want->name = "reference (" + core::DTypeName(at.precision) + ")";
+    return core::Status::Ok();
+  }
+  DDPCHECK_RETURN_IF_ERROR(Produce(src, s, opts, want));
+  if (src.kind == SourceKind::kReference && s) want->name = "reference";
+  return core::Status::Ok();
+}
+
+}  // namespace
+
+core::Status Finish(const std::optional<core::Scenario>& s, Produced got, const CheckOptions& opts,
+                    core::RunReport* report, core::Trace* got_trace, core::Trace* want_trace) {
+  const bool has_oracle = opts.replay && (opts.want.has_value() || s.has_value());
+  Produced want;
+  if (has_oracle) DDPCHECK_RETURN_IF_ERROR(ProduceWant(s ? &*s : nullptr, opts, &want).Prefixed("oracle"));
+  core::TolerancePolicy policy =
+      s ? PolicyFor(opts.got.kind, *s, opts.tf32) : PolicyFromMeta(got.trace, want.trace);
+  if (s) {
+    StampPolicy(policy, &got.trace);
+    StampPolicy(policy, &want.trace);
+  }
+  if (!opts.dump_trace.empty()) DDPCHECK_RETURN_IF_ERROR(got.trace.Write(opts.dump_trace));
+  if (has_oracle && !opts.dump_reference.empty()) DDPCHECK_RETURN_IF_ERROR(want.trace.Write(opts.dump_reference));
+
+  Composition c;
+  c.scenario = s ? &*s : nullptr;
+  c.got = &got;
+  c.want = has_oracle ? &want : nullptr;
+  c.policy = policy;
+  Compose(c, report);
+
+  for (const Source& extra : opts.cross_checks) {
+    Produced other;
+    DDPCHECK_RETURN_IF_ERROR(Produce(extra, s ? &*s : nullptr, opts, &other).Prefixed("cross-check"));
+    core::CompareResult r = has_oracle ? core::CompareTraces(other.trace, want.trace, policy) : core::CompareResult{};
+    r.Merge(core::CheckRankInvariants(other.trace));
+    r.Merge(core::CheckEvents(other.trace));
+    core::RunReport::CrossCheck cc;
+    cc.name = other.name + " vs " + (has_oracle ? want.name : std::string("its own ranks"));
+    cc.pass = r.pass;
+    if (r.first) cc.first = core::DescribeMismatch(*r.first);
+    report->cross_checks.push_back(cc);
+  }
+  if (got_trace) *got_trace = std::move(got.trace);
+  if (want_trace) *want_trace = std::move(want.trace);
+  return core::Status::Ok();
+}
+
+core::Status Check(std::optional<core::Scenario> s, const CheckOptions& opts, core::RunReport* report,
+                   core::Trace* got_trace, core::Trace* want_trace) {
+  Produced got;
+  const bool carries_scenario = opts.got.kind == SourceKind::kTorchDump || opts.got.kind == SourceKind::kStoredTrace;
+  if (carries_scenario) {
+    DDPCHECK_RETURN_IF_ERROR(Produce(opts.got, nullptr, opts, &got));
+    if (!s) s = got.scenario;
+  }
+  if (s) DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&*s));
+  if (!carries_scenario) DDPCHECK_RETURN_IF_ERROR(Produce(opts.got, s ? &*s : nullptr, opts, &got));
+  if (s && !got.trace.meta.contains("scenario_spec")) StampScenario(*s, &got.trace);
+  CheckOptions o = opts;
+  if (got.dump && !got.dump->replay_unsupported.empty()) {
+    o.replay = false;
+    report->replay_note = got.dump->replay_unsupported;
+  } else if (!opts.replay) {
+    report->replay_note = "--no-replay";
+  }
+  if (!o.replay) o.cross_checks.clear();
+  return Finish(s, std::move(got), o, report, got_trace, want_trace);
+}
+
+}  // namespace ddpcheck::harness

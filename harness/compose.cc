@@ -1,0 +1,90 @@
+#include "harness/compose.h"
+
+#include <algorithm>
+
+#include "core/diagnose.h"
+#include "core/dump_check.h"
+#include "core/fault_spec.h"
+
+namespace ddpcheck::harness {
+
+namespace {
+
+int64_t StepsOf(const core::Trace& t) {
+  int64_t steps = 0;
+  for (const auto& [key, v] : t.records()) {
+    if (key.checkpoint == core::Checkpoint::kLr || key.checkpoint == core::Checkpoint::kParams) {
+      steps = std::max(steps, key.step + 1);
+    }
+  }
+  return steps;
+}
+
+void Frame(const Composition& c, core::RunReport* report) {
+  const core::Trace& got = c.got->trace;
+  report->backend = c.got->name;
+  report->against = c.want ? c.want->name : "its own ranks";
+  if (c.scenario) {
+    const core::Scenario& s = *c.scenario;
+    report->scenario = s.name;
+    report->world = s.world;
+    report->precision = s.precision;
+    for (const auto& f : s.faults) report->faults.push_back(core::FaultSpecString(f));
+  } else {
+    report->scenario = got.meta.value("scenario", std::string("?"));
+    report->world = got.meta.value("world", 1);
+    core::ParseDType(got.meta.value("precision", std::string("float64")), &report->precision);
+  }
+  report->steps = std::max(StepsOf(got), c.want ? StepsOf(c.want->trace) : 0);
+  nlohmann::json extra = {{"backend", c.got->name},
+                          {"world", report->world},
+                          {"precision", core::DTypeName(report->precision)},
+                          {"scenario", report->scenario}};
+  for (const auto& [k, v] : c.got->provenance.items()) extra[k] = v;
+  report->provenance = core::Provenance(extra);
+}
+
+}  // namespace
+
+void Compose(const Composition& c, core::RunReport* report) {
+  Frame(c, report);
+  const core::Trace& got = c.got->trace;
+  core::CompareResult result;
+  if (c.want) {
+    result = core::CompareTraces(got, c.want->trace, c.policy);
+  } else {
+    result.derivation = "no oracle" + (report->replay_note.empty() ? "" : " (" + report->replay_note + ")") +
+                        ": only DDP's invariants between ranks were checked";
+  }
+  result.Merge(core::CheckRankInvariants(got));
+  result.Merge(core::CheckEvents(got));
+  std::optional<core::Diagnosis> diagnosis;
+  if (c.got->dump) {
+    // A recorded run's own evidence rules (core/dump_check.h) come first: they are the headline.
+    if (auto finding = core::FindDumpPattern(*c.got->dump, c.want ? &c.want->trace : nullptr)) {
+      result.Add(finding->mismatch);
+      result.first = finding->mismatch;
+      diagnosis = finding->diagnosis;
+    }
+  }
+  report->result = std::move(result);
+  report->events = got.events();
+  core::FillSeries(got, report);
+  if (c.want) core::FillDivergenceMap(got, c.want->trace, c.policy, report);
+  if (!diagnosis && c.scenario && c.want) {
+    diagnosis = core::Diagnose(*c.scenario, got, c.want->trace, report->result);
+  }
+  report->diagnosis = diagnosis;
+  if (c.scenario && !c.scenario->faults.empty() && report->result.pass) {
+    // An injected fault that left no trace is itself a finding: the harness must never miss one silently.
+    core::Mismatch m;
+    m.key = {0, core::Checkpoint::kInit, c.scenario->faults.front().name, core::kAllRanks};
+    m.kind = "undetected";
+    m.against = report->against;
+    m.message = "fault " + c.scenario->faults.front().name + " was injected but no checkpoint diverged: the "
+                "scenario does not exercise it (see scenarios/faults/ for one that does)";
+    report->result.Add(m);
+  }
+}
+
+}  // namespace ddpcheck::harness

@@ -1,0 +1,28 @@
+// Compose: the comparison and the report of a check, once its traces exist (internal to harness/; Check and
+// CheckAsRank both end here). Rank invariants and events of the run under test, the run against the oracle
+// under the policy, a torch dump's own evidence rules, the diagnosis (from the traces alone, never from the
+// name of an injected fault), the series and divergence map, and the report's frame.
+#pragma once
+
+#include "core/compare.h"
+#include "core/report.h"
+#include "core/scenario.h"
+#include "harness/sources.h"
+
+namespace ddpcheck::harness {
+
+struct Composition {
+  const core::Scenario* scenario = nullptr;  // null for stored traces that carry none (no diagnosis then)
+  const Produced* got = nullptr;
+  const Produced* want = nullptr;  // null: no oracle (invariants only)
+  core::TolerancePolicy policy;
+};
+
+void Compose(const Composition& c, core::RunReport* report);
+
+// Finishes a check whose run under test has been produced: the oracle, the policy, dumps of both traces,
+// Compose, and the cross-checks (harness/check.cc).
+core::Status Finish(const std::optional<core::Scenario>& s, Produced got, const CheckOptions& opts,
+                    core::RunReport* report, core::Trace* got_trace, core::Trace* want_trace);
+
+}  // namespace ddpcheck::harness

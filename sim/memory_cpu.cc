@@ -1,0 +1,91 @@
+#include "sim/memory_cpu.h"
+
+#include <cstring>
+
+#include "core/check.h"
+
+namespace ddpcheck::sim {
+
+namespace {
+
+template <typename U>
+void ConvertOut(const void* src, int64_t n, std::vector<double>* out) {
+  const U* p = static_cast<const U*>(src);
+  out->assign(p, p + n);
+}
+
+template <typename U>
+void ConvertIn(const std::vector<double>& src, void* dst) {
+  U* p = static_cast<U*>(dst);
+  for (size_t i = 0; i < src.size(); ++i) p[i] = static_cast<U>(src[i]);
+}
+
+// dst = src combined with factor, computed in T (factor rounded to T first, as torch's wrapped scalar).
+template <typename T>
+void Scale(const T* s, T* d, int64_t n, double factor, core::ScaleMode mode) {
+  const T f = static_cast<T>(factor);
+  switch (mode) {
+    case core::ScaleMode::kMultiply:
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i] * f;
+      break;
+    case core::ScaleMode::kDivide:
+      for (int64_t i = 0; i < n; ++i) d[i] = s[i] / f;
+      break;
+    case core::ScaleMode::kCopy:
+      if (s != d) std::memcpy(d, s, static_cast<size_t>(n) * sizeof(T));
+      break;
+  }
+}
+
+}  // namespace
+
+core::Span CpuMemory::Allocate(int64_t numel, core::DType dtype) {
+  allocations_.emplace_back(static_cast<size_t>(numel * core::ElementSize(dtype)), 0);
+  return {allocations_.back().data(), numel, dtype};
+}
+
+void CpuMemory::CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) {
+  DDPCHECK_CHECK(src.dtype == dst.dtype, "CopyScaled from ", core::DTypeName(src.dtype), " to ",
+                 core::DTypeName(dst.dtype));
+  DDPCHECK_CHECK_EQ(src.numel, dst.numel);
+  switch (src.dtype) {
+    case core::DType::kFloat32:
+      Scale(static_cast<const float*>(src.data), static_cast<float*>(dst.data), src.numel, factor, mode);
+      break;
+    case core::DType::kFloat64:
+      Scale(static_cast<const double*>(src.data), static_cast<double*>(dst.data), src.numel, factor, mode);
+      break;
+    default: DDPCHECK_CHECK(false, "CopyScaled on ", core::DTypeName(src.dtype));
+  }
+}
+
+void CpuMemory::Fill(core::Span dst, double value) {
+  core::Tensor t(dst.dtype, {dst.numel}, std::vector<double>(static_cast<size_t>(dst.numel), value));
+  FromHost(t, dst);
+}
+
+core::Tensor CpuMemory::ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const {
+  core::Tensor t(src.dtype, shape, {});
+  switch (src.dtype) {
+    case core::DType::kFloat32: ConvertOut<float>(src.data, src.numel, &t.data); break;
+    case core::DType::kFloat64: ConvertOut<double>(src.data, src.numel, &t.data); break;
+    case core::DType::kInt32: ConvertOut<int32_t>(src.data, src.numel, &t.data); break;
+    case core::DType::kInt64: ConvertOut<int64_t>(src.data, src.numel, &t.data); break;
+    default: DDPCHECK_CHECK(false, "ToHost: unsupported dtype ", core::DTypeName(src.dtype));
+  }
+  DDPCHECK_CHECK_EQ(t.numel(), core::NumelOf(shape), "ToHost shape ", core::ShapeString(shape));
+  return t;
+}
+
+void CpuMemory::FromHost(const core::Tensor& src, core::Span dst) {
+  DDPCHECK_CHECK_EQ(src.numel(), dst.numel);
+  switch (dst.dtype) {
+    case core::DType::kFloat32: ConvertIn<float>(src.data, dst.data); break;
+    case core::DType::kFloat64: ConvertIn<double>(src.data, dst.data); break;
+    case core::DType::kInt32: ConvertIn<int32_t>(src.data, dst.data); break;
+    case core::DType::kInt64: ConvertIn<int64_t>(src.data, dst.data); break;
+    default: DDPCHECK_CHECK(false, "FromHost: unsupported dtype ", core::DTypeName(dst.dtype));
+  }
+}
+
+}  // namespace ddpcheck::sim

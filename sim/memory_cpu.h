@@ -1,0 +1,23 @@
+// CpuMemory: core::DeviceMemory in host memory, for the CPU world's replicas (any element type).
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "core/device_memory.h"
+
+namespace ddpcheck::sim {
+
+class CpuMemory final : public core::DeviceMemory {
+ public:
+  core::Span Allocate(int64_t numel, core::DType dtype) override;
+  void CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) override;
+  void Fill(core::Span dst, double value) override;
+  core::Tensor ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const override;
+  void FromHost(const core::Tensor& src, core::Span dst) override;
+
+ private:
+  std::deque<std::vector<char>> allocations_;
+};
+
+}  // namespace ddpcheck::sim

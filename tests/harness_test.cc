@@ -1,0 +1,141 @@
+// The one harness: ranks as threads and ranks as processes give the same report for every BUGS.md fault
+// scenario, and the diagnosis names every pattern from the traces alone (the scenario's fault list removed
+// before diagnosing, so the name of the injected fault cannot leak into the verdict).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/diagnose.h"
+#include "core/scenario.h"
+#include "harness/check.h"
+#include "tests/test_util.h"
+
+namespace ddpcheck {
+namespace {
+
+using testing::RunCli;
+using testing::TempDir;
+
+std::vector<std::string> FaultScenarios() {
+  std::vector<std::string> names;
+  for (const auto& f : std::filesystem::directory_iterator(std::string(DDPCHECK_SOURCE_DIR) + "/scenarios/faults")) {
+    if (f.path().extension() == ".json") names.push_back(f.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string ScenarioPath(const std::string& name) {
+  return std::string(DDPCHECK_SOURCE_DIR) + "/scenarios/faults/" + name + ".json";
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nlohmann::json();
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// What a user compares between two reports of one scenario.
+struct Summary {
+  std::string verdict, pattern, first;
+  size_t map_cells = 0, failed_cells = 0;
+};
+
+Summary Summarize(const nlohmann::json& j) {
+  Summary s;
+  s.verdict = j.value("verdict", "?");
+  if (j.contains("diagnosis") && j["diagnosis"].is_object()) s.pattern = j["diagnosis"].value("pattern", "");
+  if (j.contains("first_divergence") && j["first_divergence"].is_object()) {
+    const auto& f = j["first_divergence"];
+    s.first = std::to_string(f.value("step", -1)) + "/" + f.value("checkpoint", "") + "/" + f.value("tensor", "") +
+              "/rank " + std::to_string(f.value("rank", -9)) + "/" + f.value("kind", "");
+  }
+  for (const auto& c : j.value("divergence_map", nlohmann::json::array())) {
+    ++s.map_cells;
+    if (c.value("failed", false)) ++s.failed_cells;
+  }
+  return s;
+}
+
+class HarnessFault : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HarnessFault, ThreadsAndProcessesReportTheSameFirstDivergencePatternAndMap) {
+  const std::string name = GetParam();
+  core::Scenario s;
+  ASSERT_TRUE(core::LoadScenario(ScenarioPath(name), &s).ok());
+  TempDir dir;
+  const std::string common = " run '" + ScenarioPath(name) + "' -q --timeout-ms 4000 --report-json ";
+  const auto threads = RunCli(common + dir.File("threads.json"));
+  const auto procs = RunCli("launch --nproc " + std::to_string(s.world) + " --run-id harness-" + name + " -- '" +
+                            DDPCHECK_BINARY + "'" + common + dir.File("procs.json"));
+  const Summary a = Summarize(ReadJson(dir.File("threads.json")));
+  const Summary b = Summarize(ReadJson(dir.File("procs.json")));
+  ASSERT_EQ(a.verdict, "FAIL") << threads.out << threads.err;
+  EXPECT_EQ(b.verdict, a.verdict) << procs.out << procs.err;
+  EXPECT_EQ(b.pattern, a.pattern) << procs.out << procs.err;
+  EXPECT_EQ(b.first, a.first) << procs.out << procs.err;
+  EXPECT_EQ(b.map_cells, a.map_cells) << procs.out << procs.err;
+  EXPECT_EQ(b.failed_cells, a.failed_cells) << procs.out << procs.err;
+}
+
+TEST_P(HarnessFault, DiagnosisNamesThePatternFromTheTracesWithTheFaultNameRemoved) {
+  const std::string name = GetParam();
+  core::Scenario s;
+  ASSERT_TRUE(core::LoadScenario(ScenarioPath(name), &s).ok());
+  harness::CheckOptions opts;
+  opts.comm = "local";
+  opts.timeout = std::chrono::milliseconds(4000);
+  core::RunReport report;
+  core::Trace got, want;
+  ASSERT_TRUE(harness::Check(s, opts, &report, &got, &want).ok());
+  ASSERT_FALSE(report.pass());
+  core::Scenario blind = s;
+  blind.faults.clear();  // what a user's own run looks like: no fault list anywhere
+  got.meta.erase("scenario_spec");
+  const auto d = core::Diagnose(blind, got, want, report.result);
+  ASSERT_TRUE(d.has_value()) << core::FormatTerminal(report);
+  EXPECT_EQ(d->pattern, name) << d->explanation;
+}
+
+INSTANTIATE_TEST_SUITE_P(BugsMd, HarnessFault, ::testing::ValuesIn(FaultScenarios()), [](const auto& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+});
+
+TEST(Harness, DiffOfStoredTracesGivesTheReportOfTheRunThatWroteThem) {
+  TempDir dir;
+  const std::string scenario = ScenarioPath("loss-times-world");
+  const auto run = RunCli("run '" + scenario + "' -q --report-json " + dir.File("run.json") + " --dump-trace " +
+                          dir.File("got") + " --dump-reference " + dir.File("want"));
+  ASSERT_EQ(run.exit_code, 1) << run.err;
+  const auto diff = RunCli("diff " + dir.File("got") + " " + dir.File("want") + " -q --report-json " +
+                           dir.File("diff.json"));
+  EXPECT_EQ(diff.exit_code, 1) << diff.err;
+  const Summary a = Summarize(ReadJson(dir.File("run.json")));
+  const Summary b = Summarize(ReadJson(dir.File("diff.json")));
+  EXPECT_EQ(b.first, a.first);
+  EXPECT_EQ(b.pattern, a.pattern);
+  EXPECT_EQ(b.failed_cells, a.failed_cells);
+}
+
+TEST(Harness, CpuBinaryNeedsNoCudaLibrary) {
+  // The CPU binary links harness/gpu_absent: it must start with the CUDA libraries off the loader path.
+  const auto r = RunCli("run -q --steps 2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  TempDir dir;
+  const std::string ldd = "ldd '" + std::string(DDPCHECK_BINARY) + "' > " + dir.File("ldd") + " 2>&1";
+  ASSERT_EQ(std::system(ldd.c_str()), 0);
+  const std::string libs = testing::ReadFile(dir.File("ldd"));
+  for (const char* lib : {"libcudart", "libcublas", "libnccl", "libcuda."}) {
+    EXPECT_EQ(libs.find(lib), std::string::npos) << lib << " is linked:\n" << libs;
+  }
+}
+
+}  // namespace
+}  // namespace ddpcheck
