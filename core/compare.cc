@@ -1,12 +1,16 @@
 #include "core/compare.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ddpcheck::core {
 
@@ -311,13 +315,78 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   return result;
 }
 
+namespace {
+
+// The ranks a timeout message names as stopped: "... rank 1 never arrived ..." or "ranks 1, 3-5 never arrived"
+// (sim/flight_recorder.cc's DescribeStall); empty when it names none.
+std::vector<int> StoppedRanks(const std::string& message) {
+  std::vector<int> ranks;
+  for (size_t at = message.find(" never arrived"); at != std::string::npos;
+       at = message.find(" never arrived", at + 1)) {
+    size_t begin = at;
+    while (begin > 0 && (std::isdigit(static_cast<unsigned char>(message[begin - 1])) ||
+                         message[begin - 1] == ',' || message[begin - 1] == ' ' || message[begin - 1] == '-')) {
+      --begin;
+    }
+    const std::string list = message.substr(begin, at - begin);
+    const std::string before = message.substr(0, begin);
+    const bool named = before.size() >= 4 && (before.compare(before.size() - 4, 4, "rank") == 0 ||
+                                              (before.size() >= 5 && before.compare(before.size() - 5, 5, "ranks") == 0));
+    if (!named) continue;
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+      int lo = -1, hi = -1;
+      if (std::sscanf(item.c_str(), " %d-%d", &lo, &hi) == 2) {
+        for (int r = lo; r <= hi && r - lo < 1 << 16; ++r) ranks.push_back(r);
+      } else if (lo >= 0) {
+        ranks.push_back(lo);
+      }
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+}  // namespace
+
 CompareResult CheckEvents(const Trace& trace) {
   CompareResult result;
+  // A hang is headed by the rank that stopped, not by the rank that noticed: the stopped ranks named by a
+  // timeout's message, else the ranks that recorded values but reported nothing while others timed out.
+  std::set<int> ranks, reporting;
+  for (const auto& [key, v] : trace.records()) {
+    if (key.rank != kAllRanks) ranks.insert(key.rank);
+  }
+  for (const auto& e : trace.events()) reporting.insert(e.rank);
+  std::vector<int> silent;
+  for (int r : ranks) {
+    if (!reporting.count(r)) silent.push_back(r);
+  }
+  auto stopped_for = [&](const TraceEvent& e) {
+    std::vector<int> stopped = e.kind == "timeout" ? StoppedRanks(e.message) : std::vector<int>{};
+    if (e.kind == "timeout" && stopped.empty()) stopped = silent;
+    if (!stopped.empty() && stopped.front() == e.rank) stopped.clear();  // it named itself: keep the observer
+    return stopped;
+  };
+  std::map<int, std::set<int>> waiting;  // stopped rank -> the ranks that timed out waiting for it
+  for (const auto& e : trace.events()) {
+    const std::vector<int> stopped = stopped_for(e);
+    if (!stopped.empty()) waiting[stopped.front()].insert(e.rank);
+  }
   for (const auto& e : trace.events()) {
     Mismatch m;
     m.key = {e.step, e.checkpoint, e.kind, e.rank};
     m.kind = e.kind == "timeout" ? "hang" : "error";
     m.message = e.message;
+    const std::vector<int> stopped = stopped_for(e);
+    if (!stopped.empty()) {
+      const std::set<int>& waited = waiting[stopped.front()];
+      m.key.rank = stopped.front();
+      m.against = fmt::format("{} {} waited for it", waited.size() == 1 ? "rank" : "ranks", fmt::join(waited, ", "));
+      m.message = fmt::format("{} {} stopped: never joined the collective rank {} waited in: {}",
+                              stopped.size() == 1 ? "rank" : "ranks", fmt::join(stopped, ", "), e.rank, e.message);
+    }
     result.Add(m);
   }
   return result;

@@ -1,4 +1,5 @@
 #include "core/plot.h"
+#include "core/svg_pack.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -140,7 +141,7 @@ std::string InlineSvg(const std::string& svg, const std::string& id_prefix) {
     }
     s = ReplaceAll(s, "url(#" + id + ")", "url(#" + id_prefix + id + ")");
   }
-  return s;
+  return PackSvg(s, id_prefix);
 }
 
 Status RunGnuplot(const std::string& script, const std::vector<std::pair<std::string, std::string>>& files,
@@ -187,6 +188,17 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
   std::vector<std::string> clauses;
   bool any_positive = false, any_point = false;
   double xmin = INFINITY, xmax = -INFINITY;
+  if (plot.mark_x) {
+    script += fmt::format("set arrow 1 from {}, graph 0 to {}, graph 1 nohead lc rgb '#c0392b' lw 1.5 dt 2 front\n"
+                          "set label 1 {} at {}, graph 0.97 left offset 0.5,0 textcolor rgb '#c0392b' front\n",
+                          Num(*plot.mark_x), Num(*plot.mark_x), GnuplotQuote(plot.mark_label), Num(*plot.mark_x));
+  }
+  if (plot.hline) {
+    script += fmt::format("set arrow 2 from graph 0, first {} to graph 1, first {} nohead lc rgb '#555555' lw 1 dt 3 "
+                          "front\nset label 2 {} at graph 0.01, first {} left offset 0,0.6 textcolor rgb '#555555' "
+                          "front\n",
+                          Num(*plot.hline), Num(*plot.hline), GnuplotQuote(plot.hline_label), Num(*plot.hline));
+  }
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const auto& series = plot.series[i];
     std::string data;
@@ -199,8 +211,10 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
     }
     const std::string name = fmt::format("s{}.dat", i);
     files.emplace_back(name, data);
-    clauses.push_back(fmt::format("'@DIR@/{}' using 1:2 with linespoints pt 7 ps 0.4 lw 1.5 title {}", name,
-                                  GnuplotQuote(series.title)));
+    const int color = series.color > 0 ? series.color : static_cast<int>(i) + 1;
+    clauses.push_back(fmt::format("'@DIR@/{}' using 1:2 with {} lt {} lw 1.5{} title {}", name,
+                                  plot.points ? "linespoints pt 7 ps 0.4" : "lines", color,
+                                  series.dashed ? " dt 2" : "", GnuplotQuote(series.title)));
   }
   if (plot.logy && any_positive) script += "set logscale y\nset format y '%.0e'\n";
   if (xmax >= xmin && xmax - xmin <= 20) script += "set xtics 1\n";
@@ -245,7 +259,8 @@ Status RenderHeatmap(const HeatmapPlot& plot, std::string* svg) {
   script += "set grid noxtics noytics\nset ytics 1\nset xtics nomirror out\nset ytics nomirror out\n";
   script += "set key outside right top\n";
   script += "set object 1 rectangle from graph 0,0 to graph 1,1 behind fc rgb '#eeeeee' fs solid noborder\n";
-  script += "set palette defined (0 '#fdd0a2', 1 '#fdae6b', 2 '#e6550d', 3 '#7f2704')\n";
+  // 16 colours: gnuplot draws the colour box as one polygon per colour (a few hundred by default).
+  script += "set palette defined (0 '#fdd0a2', 1 '#fdae6b', 2 '#e6550d', 3 '#7f2704') maxcolors 16\n";
   if (!positive.empty()) {
     if (vmin == vmax) vmin = vmax / 10;
     script += fmt::format("set logscale cb\nset cbrange [{}:{}]\nset format cb '%.0e'\n", Num(vmin), Num(vmax));
