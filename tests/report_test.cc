@@ -204,6 +204,7 @@ TEST(ReportJUnit, OneTestcasePerCheckpointAndFailureText) {
   EXPECT_NE(xml.find("tests=\"4\" failures=\"1\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("name=\"reduced\""), std::string::npos);
   EXPECT_NE(xml.find("step 1, reduced, 0.weight, rank 1"), std::string::npos);
+  EXPECT_NE(xml.find("how to fix: keep the loss a mean over the local batch"), std::string::npos) << xml;
   const std::string pass = core::ReportToJUnit(PassingReport());
   EXPECT_TRUE(WellFormedXml(pass, &why)) << why;
   EXPECT_EQ(Count(pass, "<failure "), 0);
