@@ -26,7 +26,8 @@ std::string Ratio(double v) {
 }  // namespace
 
 std::string MismatchHeadline(const Mismatch& m) {
-  std::string s = fmt::format("step {}, {}, tensor {}", m.key.step, CheckpointName(m.key.checkpoint), m.key.tensor);
+  std::string s = fmt::format("step {}, {}", m.key.step, CheckpointName(m.key.checkpoint));
+  if (m.kind != "hang" && m.kind != "error") s += ", tensor " + m.key.tensor;  // an event's key names its kind
   if (m.elements > 0 && m.index >= 0) s += fmt::format(", element {}", m.index);
   s += m.key.rank == kAllRanks ? ", all ranks" : fmt::format(", rank {}", m.key.rank);
   s += " (" + m.kind + (m.against.empty() ? "" : " vs " + m.against) + ")";
@@ -112,8 +113,14 @@ std::string FormatTerminal(const RunReport& r) {
     if (!m.message.empty()) os << "  " << m.message << "\n";
   }
   if (r.diagnosis) {
+    // An explanation that quotes an event's message (a timeout) points at it instead: it was printed above.
+    std::string explanation = r.diagnosis->explanation;
+    for (const auto& e : r.events) {
+      const size_t at = e.message.size() > 40 ? explanation.find(e.message) : std::string::npos;
+      if (at != std::string::npos) explanation.replace(at, e.message.size(), "(the " + e.kind + " above)");
+    }
     os << fmt::format("pattern: {} ({}{}): {}\n", r.diagnosis->pattern, r.diagnosis->kind,
-                      r.diagnosis->expected_semantics ? ", DDP's documented semantics" : "", r.diagnosis->explanation);
+                      r.diagnosis->expected_semantics ? ", DDP's documented semantics" : "", explanation);
     if (const std::string fix = HowToFix(r); !fix.empty()) os << "how to fix: " << fix << "\n";
   }
   if (!r.events.empty()) {
