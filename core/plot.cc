@@ -193,12 +193,6 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
                           "set label 1 {} at {}, graph 0.97 left offset 0.5,0 textcolor rgb '#c0392b' front\n",
                           Num(*plot.mark_x), Num(*plot.mark_x), GnuplotQuote(plot.mark_label), Num(*plot.mark_x));
   }
-  if (plot.hline) {
-    script += fmt::format("set arrow 2 from graph 0, first {} to graph 1, first {} nohead lc rgb '#555555' lw 1 dt 3 "
-                          "front\nset label 2 {} at graph 0.01, first {} left offset 0,0.6 textcolor rgb '#555555' "
-                          "front\n",
-                          Num(*plot.hline), Num(*plot.hline), GnuplotQuote(plot.hline_label), Num(*plot.hline));
-  }
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const auto& series = plot.series[i];
     std::string data;
@@ -216,7 +210,13 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
                                   plot.points ? "linespoints pt 7 ps 0.4" : "lines", color,
                                   series.dashed ? " dt 2" : "", GnuplotQuote(series.title)));
   }
-  if (plot.logy && any_positive) script += "set logscale y\nset format y '%.0e'\n";
+  if (plot.hline && xmin <= xmax) {  // drawn as data, so the y range always includes it
+    files.emplace_back("hline.dat", Num(xmin) + " " + Num(*plot.hline) + "\n" + Num(xmax) + " " + Num(*plot.hline) + "\n");
+    clauses.push_back("'@DIR@/hline.dat' using 1:2 with lines lc rgb '#555555' lw 1 dt 3 title " +
+                      GnuplotQuote(plot.hline_label));
+  }
+  // No minor tics: on a log scale gnuplot draws eight per decade, each a path in the SVG.
+  if (plot.logy && any_positive) script += "set logscale y\nset format y '%.0e'\nunset mytics\n";
   if (xmax >= xmin && xmax - xmin <= 20) script += "set xtics 1\n";
   if (!any_point || clauses.empty()) {
     // Nothing to draw on this scale: an empty frame with a note, not a gnuplot error.
