@@ -183,7 +183,9 @@ Status RunGnuplot(const std::string& script, const std::vector<std::pair<std::st
 Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
   std::string script = Header(plot.width, plot.height, plot.title);
   script += fmt::format("set xlabel {}\nset ylabel {}\n", GnuplotQuote(plot.xlabel), GnuplotQuote(plot.ylabel));
-  script += "set key outside right top vertical Left reverse noautotitle\nset xtics nomirror\nset ytics nomirror\n";
+  // Horizontal grid lines only: the steps are on the x axis already, and each grid line is a path in the SVG.
+  script += "set key outside right top vertical Left reverse noautotitle\nset xtics nomirror\nset ytics nomirror\n"
+            "set grid noxtics ytics\n";
   std::vector<std::pair<std::string, std::string>> files;
   std::vector<std::string> clauses;
   bool any_positive = false, any_point = false;
@@ -210,7 +212,8 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
                                   plot.points ? "linespoints pt 7 ps 0.4" : "lines", color,
                                   series.dashed ? " dt 2" : "", GnuplotQuote(series.title)));
   }
-  if (plot.hline && xmin <= xmax) {  // drawn as data, so the y range always includes it
+  if (plot.hline && xmin <= xmax) {  // drawn as data, so the y range always includes it, below the top border
+    script += "set offsets 0, 0, graph 0.08, 0\n";
     files.emplace_back("hline.dat", Num(xmin) + " " + Num(*plot.hline) + "\n" + Num(xmax) + " " + Num(*plot.hline) + "\n");
     clauses.push_back("'@DIR@/hline.dat' using 1:2 with lines lc rgb '#555555' lw 1 dt 3 title " +
                       GnuplotQuote(plot.hline_label));

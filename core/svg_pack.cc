@@ -60,7 +60,10 @@ std::string PackTags(const std::string& s) {
     }
     if (quote) {
       if (c == quote) quote = 0;
-      if (c == ' ' && (out.back() == ' ' || out.back() == '(' || s[i + 1] == quote)) continue;
+      if (c == ' ') {
+        const size_t next = s.find_first_not_of(' ', i);
+        if (out.back() == ' ' || out.back() == '(' || next == std::string::npos || s[next] == quote) continue;
+      }
       out += c;
       continue;
     }
