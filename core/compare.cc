@@ -116,7 +116,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
 
 double UlpDistance(double a, double b, DType dtype) {
   if (a == b) return 0;
-  return std::abs(static_cast<double>(OrderedBits(a, dtype) - OrderedBits(b, dtype)));
+  // |x - y| in unsigned arithmetic: the difference of two int64s needs 64 bits unsigned (-max vs +max would
+  // overflow an int64).
+  const int64_t x = OrderedBits(a, dtype), y = OrderedBits(b, dtype);
+  const uint64_t d = x > y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
+                           : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+  return static_cast<double>(d);
 }
 
 double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
