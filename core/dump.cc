@@ -26,7 +26,7 @@ Status ReadIndex(const std::string& path, nlohmann::json* out) {
     return Status::Invalid(path + ": not a ddpcheck torch dump (\"format\" must be \"ddpcheck-torch-dump\"; "
                                   "write it with tools/ddpcheck_torch.py)");
   }
-  return CheckTorchDumpIndexTypes(*out).Prefixed(path);
+  return Status::Ok();
 }
 
 // The integer at JSON pointer `path` of the index (its type already checked), within [lo, hi].
@@ -210,6 +210,7 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
   r->dir = dir + "/rank" + std::to_string(rank);
   const std::string index_path = r->dir + "/index.json";
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(index_path, &r->index));
+  DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(r->index).Prefixed(index_path));
   try {
     const auto& ix = r->index;
     if (ix.at("rank") != rank) {
@@ -270,7 +271,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   TorchDumpRank r0;
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(dir + "/rank0/index.json", &r0.index));
   int64_t world = 0;
-  DDPCHECK_RETURN_IF_ERROR(IndexInt(r0.index.at("world_size"), "/world_size", 1, kMaxWorld, &world)
+  DDPCHECK_RETURN_IF_ERROR(IndexInt(r0.index.value("world_size", nlohmann::json()), "/world_size", 1, kMaxWorld, &world)
                                .Prefixed(dir + "/rank0/index.json"));
   out->world = static_cast<int>(world);
   for (int r = 0; r < out->world; ++r) {  // every rank's index first: a missing rank is the headline

@@ -182,8 +182,11 @@ Status ReadRecord(const nlohmann::json& r, const std::string& dir, const std::st
   if (o.Has("file")) {
     std::string file;
     DDPCHECK_RETURN_IF_ERROR(o.String("file", &file));
+    if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos) {
+      return JsonError(o.PathOf("file"), "must be the name of a .npy file inside the trace folder", o.At("file"));
+    }
     Tensor loaded;
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file, &loaded));
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file, &loaded).Prefixed(o.PathOf("file")));
     if (loaded.shape != value->shape) {
       return Status::Invalid(o.PathOf("file") + ": " + file + " has shape " + ShapeString(loaded.shape) +
                              ", the record says " + ShapeString(value->shape));
