@@ -280,7 +280,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     double max_abs = 0;
     auto m = CompareTensor(
         value, *w, policy.exact || !IsFloating(w->dtype) || IsExactCheckpoint(key.checkpoint),
-        [&](double scale) {
+        [&, &key = key](double scale) {  // clang < 16 cannot capture a structured binding
           return policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
         },
         &st, &max_abs);

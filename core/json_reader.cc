@@ -55,12 +55,15 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
   }
   try {
     *out = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ..."
+  } catch (const json::exception& e) {
+    // parse_error: "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ...";
+    // out_of_range (a number beyond a double, 1e400): "[json.exception.out_of_range.406] number overflow ...".
     std::string what = e.what();
     size_t at = what.find("at line ");
-    std::string detail = at == std::string::npos ? what : what.substr(at + 3);
-    return Status::Invalid(name + ": JSON syntax error at " + detail);
+    if (at != std::string::npos) return Status::Invalid(name + ": JSON syntax error at " + what.substr(at + 3));
+    size_t close = what.find("] ");
+    return Status::Invalid(name + ": JSON error: " + (close == std::string::npos ? what : what.substr(close + 2)) +
+                           " (numbers must fit a double)");
   }
   return Status::Ok();
 }
