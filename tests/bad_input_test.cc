@@ -194,6 +194,24 @@ TEST(BadInput, ScenarioFlagsOutOfRangeNameTheFlag) {
   }
 }
 
+TEST(BadInput, OtherCommandsSizesAreBoundedAndNamed) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"sampler --len 99999999999999 --world 1", "--len"},  // was std::bad_alloc, exit 3
+      {"sampler --len 10 --world 99999999999", "--world"},
+      {"randperm --n 999999999999", "--n"},                 // was std::bad_alloc, exit 3
+      {"lr --lr 0.1 --epochs 99999999999 --scheduler step:step_size=1", "--epochs"},
+      {"buckets --tensors 10:float32 --limits 100 --tensor-indices 7", "tensor_indices"},
+      {"launch --nproc 99999 -- true", "--nproc"},
+  };
+  for (const auto& [args, name] : cases) {
+    SCOPED_TRACE(args);
+    Outcome o = RunLimited(args, dir);
+    EXPECT_EQ(o.code, 2) << o.err;
+    EXPECT_NE(o.err.find(name), std::string::npos) << o.err;
+  }
+}
+
 // .npy headers and bodies as /data/x of a scenario.
 std::string NpyBytes(const std::string& header, const std::string& body, int major = 1) {
   std::string h = header;
