@@ -44,9 +44,11 @@ struct Outcome {
 
 // Runs `ddpcheck ARGS` (shell words) with at most 2 GiB of address space, or ASan's 1 GiB allocation cap.
 // Sanitizer reports exit 86/87, never the CLI's own codes.
-Outcome RunLimited(const std::string& args, const TempDir& dir) {
+// `env` (VAR=value words) is set for the command only.
+Outcome RunLimited(const std::string& args, const TempDir& dir, const std::string& env = "") {
   const std::string err = dir.File("stderr.txt");
-  const std::string cmd = std::string("exec '") + DDPCHECK_BINARY + "' " + args + " >/dev/null 2>'" + err + "' </dev/null";
+  const std::string cmd =
+      "exec env " + env + " '" + DDPCHECK_BINARY + "' " + args + " >/dev/null 2>'" + err + "' </dev/null";
   pid_t pid = fork();
   if (pid == 0) {
     if (kAsan) {
@@ -209,6 +211,22 @@ TEST(BadInput, OtherCommandsSizesAreBoundedAndNamed) {
     Outcome o = RunLimited(args, dir);
     EXPECT_EQ(o.code, 2) << o.err;
     EXPECT_NE(o.err.find(name), std::string::npos) << o.err;
+  }
+}
+
+TEST(BadInput, LauncherEnvironmentVariablesAreNamed) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"RANK=5 WORLD_SIZE=2", "RANK=5"},
+      {"RANK=0 WORLD_SIZE=99999999999999", "WORLD_SIZE"},
+      {"RANK=0 WORLD_SIZE=8192", "WORLD_SIZE=8192"},
+      {"RANK=x WORLD_SIZE=2", "RANK"},
+      {"RANK=0", "WORLD_SIZE"},
+      {"OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=-1", "OMPI_COMM_WORLD_SIZE"},
+  };
+  for (const auto& [env, name] : cases) {
+    SCOPED_TRACE(env);
+    ExpectNamed(RunLimited("run --steps 1 -q", dir, env), 2, {name});
   }
 }
 
