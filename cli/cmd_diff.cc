@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "core/finite.h"
 #include "core/report.h"
 #include "sim/check.h"
 
@@ -19,6 +20,8 @@ int Run(const DiffArgs& args) {
   core::Trace a, b;
   core::Status st = core::Trace::Read(args.a, &a);
   if (st.ok()) st = core::Trace::Read(args.b, &b);
+  if (st.ok()) st = core::CheckFinite(a, args.a);  // NaN/inf recorded: a finding (exit 1), never a PASS
+  if (st.ok()) st = core::CheckFinite(b, args.b);
   if (!st.ok()) return Fail("diff", st);
   core::TolerancePolicy policy;
   policy.exact = a.meta.value("exact", false) && b.meta.value("exact", false);

@@ -1,5 +1,7 @@
 #include "cli/rank_env.h"
 
+#include "core/scenario.h"
+
 #include <gloo/rendezvous/store.h>
 
 #include <cstdlib>
@@ -60,6 +62,10 @@ core::Status DetectRankEnv(const GetEnvFn& getenv_fn, std::optional<RankEnv>* ou
     DDPCHECK_RETURN_IF_ERROR(ParseInt(getenv_fn, v.world, &env.world));
     if (!Get(getenv_fn, v.local_rank).empty())
       DDPCHECK_RETURN_IF_ERROR(ParseInt(getenv_fn, v.local_rank, &env.local_rank));
+    if (env.world > core::kMaxWorld) {
+      return core::Status::Invalid(std::string(v.world) + "=" + std::to_string(env.world) + ": ddpcheck runs at most " +
+                                   std::to_string(core::kMaxWorld) + " ranks");
+    }
     if (env.world < 1 || env.rank >= env.world) {
       return core::Status::Invalid(std::string(v.rank) + "=" + std::to_string(env.rank) + " is not a rank of " +
                                    v.world + "=" + std::to_string(env.world));

@@ -120,7 +120,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
 
 double UlpDistance(double a, double b, DType dtype) {
   if (a == b) return 0;
-  return std::abs(static_cast<double>(OrderedBits(a, dtype) - OrderedBits(b, dtype)));
+  // |x - y| in unsigned arithmetic: the difference of two int64s needs 64 bits unsigned (-max vs +max would
+  // overflow an int64).
+  const int64_t x = OrderedBits(a, dtype), y = OrderedBits(b, dtype);
+  const uint64_t d = x > y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
+                           : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+  return static_cast<double>(d);
 }
 
 double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
@@ -279,7 +284,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     double max_abs = 0;
     auto m = CompareTensor(
         value, *w, policy.exact || !IsFloating(w->dtype) || IsExactCheckpoint(key.checkpoint),
-        [&](double scale) {
+        [&, &key = key](double scale) {  // clang < 16 cannot capture a structured binding
           return policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
         },
         &st, &max_abs);

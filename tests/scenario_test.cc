@@ -303,7 +303,7 @@ TEST(ParseScenario, ReportsAWrongTypeWithTheValueFound) {
 }
 
 TEST(ParseScenario, RefusesANegativeBucketCap) {
-  EXPECT_EQ(ErrorOf(With(R"("ddp": {"bucket_cap_mb": -1})")), "s.json: /ddp/bucket_cap_mb: must be > 0, got -1");
+  EXPECT_EQ(ErrorOf(With(R"("ddp": {"bucket_cap_mb": -1})")), "s.json: /ddp/bucket_cap_mb: must be in (0, 1048576], got -1");
 }
 
 TEST(ParseScenario, ListsTheLayerTypesForAnUnknownOne) {
