@@ -73,7 +73,7 @@ core::Status RunCheckRank(core::Scenario s, const CheckOptions& opts, int rank,
   core::Trace got;
   core::Status st = GatherShards(*store, opts.sim.run_id, s.world, opts.sim.timeout, &got);
   if (!st.ok()) {
-    if (!finding.ok()) st = core::Status(st.code(), st.message() + "; rank 0 found: " + finding.message());
+    if (!finding.ok()) st = core::Status(st.code(), finding.message() + "; then " + st.message());
     return st;
   }
   // The reference and the report's frame, as RunCheck builds them; then the comparison it makes for sim.

@@ -51,10 +51,12 @@ constexpr int64_t kDirectStagingBytes = 1024 * 1024;
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
-                                   std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<gloo::Context> context,
-                                   int rank, int world, std::chrono::milliseconds timeout)
+                                   std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<PeerWatch> peers,
+                                   std::shared_ptr<gloo::Context> context, int rank, int world,
+                                   std::chrono::milliseconds timeout)
     : store_(std::move(store)),
       recorder_(std::move(recorder)),
+      peers_(std::move(peers)),
       context_(std::move(context)),
       rank_(rank),
       world_(world),
@@ -164,14 +166,32 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
                                  const std::string& cause) {
   std::vector<std::optional<CollectiveRecord>> records;
   StallReport report;
+  std::vector<LostRank> lost;
+  const bool peer_gone = IsPeerGone(cause);
   while (true) {
     if (record_) records = recorder_->ReadAll(record.seq);
     report = DescribeStall(record, rank_, timeout_, records, cause);
-    if (report.missing.empty() || std::chrono::steady_clock::now() >= start + timeout_) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (peers_) lost = peers_->Lost();
+    if (!lost.empty()) break;
+    // A broken connection is a peer that died: wait (up to the timeout) until its process is seen gone.
+    if ((report.missing.empty() && !peer_gone) || std::chrono::steady_clock::now() >= start + timeout_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const bool timed_out = !report.missing.empty() || IsGlooTimeout(cause);
-  broken_ = Status(timed_out ? core::Code::kTimeout : core::Code::kInternal, report.message);
+  if (!lost.empty()) {
+    std::vector<int> ranks;
+    for (const LostRank& l : lost) ranks.push_back(l.rank);
+    broken_ = Status::Timeout(RankList(ranks) + " lost during collective " + DescribeRecord(record) +
+                              " (seen from rank " + std::to_string(rank_) + ")" + DescribeLost(lost) + "; " +
+                              report.message);
+    return broken_;
+  }
+  const bool finding = !report.missing.empty() || peer_gone || IsGlooTimeout(cause);
+  std::string message = report.message;
+  if (report.missing.empty() && peer_gone) {
+    message = "a peer closed its connection during collective " + DescribeRecord(record) + " (seen from rank " +
+              std::to_string(rank_) + "; not a process on this host, so it cannot be named here): " + message;
+  }
+  broken_ = Status(finding ? core::Code::kTimeout : core::Code::kInternal, message);
   return broken_;
 }
 

@@ -63,6 +63,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   if (timeout.count() <= 0) return Status::Invalid(where + ": timeout must be > 0 ms");
 
   auto recorder = std::make_shared<StoreFlightRecorder>(store, run_id, world);
+  auto peers = std::make_shared<PeerWatch>(store, run_id, rank, world);
   try {
     // Gloo's own stores refuse a second set() of the key (caught below); ours would replace it.
     if (dynamic_cast<OverwritableStore*>(store.get()) && StoreHas(*store, JoinedKey(run_id, rank))) {
@@ -70,6 +71,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
                              " of this run id; use a fresh run id for every run");
     }
     store->set(JoinedKey(run_id, rank), {'1'});
+    peers->Publish();
     recorder->Record(rank, CollectiveRecord{});  // "#0 rendezvous"
   } catch (const std::exception& e) {
     return Status::Invalid(where + ": cannot register in the store; if this run id was used on it before, use "
@@ -99,11 +101,13 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", *store);
     auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
-    out->reset(new GlooCommunicator(store, recorder, context, rank, world, timeout));
+    out->reset(new GlooCommunicator(store, recorder, peers, context, rank, world, timeout));
   } catch (const std::exception& e) {
     const std::string text = GlooErrorText(e.what());
-    return Status(IsGlooTimeout(text) ? core::Code::kTimeout : core::Code::kInternal,
-                  where + ": connecting the full mesh failed: " + text);
+    const std::string lost = DescribeLost(peers->Lost());
+    const bool finding = !lost.empty() || IsGlooTimeout(text) || IsPeerGone(text);
+    return Status(finding ? core::Code::kTimeout : core::Code::kInternal,
+                  where + ": connecting the full mesh failed" + lost + ": " + text);
   }
   return Status::Ok();
 }
