@@ -1,14 +1,26 @@
 // `ddpcheck launch --nproc W -- ddpcheck run ...`: starts this node's ranks as processes, like torchrun: each
-// child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK plus DDPCHECK_RENDEZVOUS and
-// DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one node the default store
-// is a FileStore in a fresh temporary folder (removed afterwards); across nodes pass --rendezvous and --run-id
-// (the same on every node). The exit code is rank 0's (the verdict) when rank 0 runs here, else the first
-// non-zero one; a rank killed by a signal counts as 128 + signal. Once a rank has failed, the others get
-// --kill-after-ms to end on their own (they fail within their collective timeout, naming it), then are killed.
+// child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT and TORCHELASTIC_RUN_ID (so a torch script under `launch` can init_process_group("env://")), plus
+// DDPCHECK_RENDEZVOUS and DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one
+// node the default store is a FileStore in a fresh temporary folder (removed afterwards, whatever happens);
+// across nodes pass --rendezvous and --run-id (the same on every node).
+//
+// Faults: every rank gets PR_SET_PDEATHSIG (SIGKILL), so a SIGKILLed launcher takes its ranks with it. SIGINT,
+// SIGTERM and SIGHUP are forwarded to the ranks (with SIGCONT, so stopped ones get them too); ranks still
+// there 5 s later are killed, all are reaped, and launch exits 128 + signal. A rank that is stopped (SIGSTOP)
+// while every other rank has ended is killed and named. Once a rank has failed, the others get --kill-after-ms
+// to end on their own (they fail within their collective timeout, naming it), then are killed.
+// The exit code is rank 0's verdict when it is 1, 2 or 3; else 1 when a rank was lost (killed by a signal or
+// stopped), else the first non-zero code, else 0: never 0 with a rank gone.
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,16 +43,25 @@ struct LaunchArgs {
   int node_rank = 0;
   std::string rendezvous, run_id;
   int64_t kill_after_ms = 120000;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
   std::vector<std::string> command;
 };
 
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
 
-// Forks and execs `argv` with the rank variables set; "ddpcheck" means this binary.
+// Forks and execs `argv` with the rank variables set; "ddpcheck" means this binary. The child dies with the
+// launcher (PR_SET_PDEATHSIG), also when the launcher died between fork and prctl.
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(128 + SIGKILL);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -53,10 +74,120 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<st
   _exit(127);
 }
 
-int CodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+// One rank process of this node and what became of it.
+struct Child {
+  pid_t pid = -1;
+  int rank = 0;
+  int code = -1;  // exit code once ended (128 + signal when killed); -1 while running
+  bool lost = false;  // killed by a signal, or stopped and then killed by launch
+  bool stopped = false;
+};
+
+// Reaps `c` if it ended or changed state; returns true when it just ended.
+bool Poll(Child& c) {
+  int status = 0;
+  if (c.code != -1 || waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != c.pid) return false;
+  if (WIFSTOPPED(status)) {
+    c.stopped = true;
+    std::cerr << "ddpcheck launch: rank " << c.rank << " stopped by signal " << WSTOPSIG(status) << " ("
+              << strsignal(WSTOPSIG(status)) << ")\n";
+    return false;
+  }
+  if (WIFCONTINUED(status)) {
+    c.stopped = false;
+    return false;
+  }
+  c.stopped = false;
+  if (WIFSIGNALED(status)) {
+    c.code = 128 + WTERMSIG(status);
+    c.lost = c.lost || g_signal == 0;  // not a signal launch forwarded
+    std::cerr << "ddpcheck launch: rank " << c.rank << (c.lost ? " lost: killed" : " ended") << " by signal "
+              << WTERMSIG(status) << " ("
+              << strsignal(WTERMSIG(status)) << "), exit code " << c.code << "\n";
+  } else {
+    c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (c.code != 0) std::cerr << "ddpcheck launch: rank " << c.rank << " exited with code " << c.code << "\n";
+  }
+  return true;
+}
+
+// Waits for every child. A launcher signal is forwarded (with SIGCONT) and followed by SIGKILL after 5 s;
+// after a rank's failure the others get `kill_after`; a rank stopped while all others have ended is killed.
+void Supervise(std::vector<Child>& children, std::chrono::milliseconds kill_after) {
+  using Clock = std::chrono::steady_clock;
+  size_t running = children.size();
+  Clock::time_point deadline = Clock::time_point::max();
+  bool forwarded = false, killed = false;
+  while (running > 0) {
+    for (Child& c : children) {
+      if (!Poll(c)) continue;
+      --running;
+      if (c.code != 0 && deadline == Clock::time_point::max()) deadline = Clock::now() + kill_after;
+    }
+    if (running == 0) break;
+    if (g_signal != 0 && !forwarded) {
+      forwarded = true;
+      std::cerr << "ddpcheck launch: got signal " << g_signal << " (" << strsignal(g_signal)
+                << "): forwarding it to the ranks\n";
+      for (Child& c : children) {
+        if (c.code != -1) continue;
+        kill(c.pid, g_signal);
+        kill(c.pid, SIGCONT);
+      }
+      deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    }
+    size_t stopped = 0;
+    for (const Child& c : children) stopped += (c.code == -1 && c.stopped) ? 1 : 0;
+    const bool late = Clock::now() > deadline;
+    if ((late && !killed) || stopped == running) {
+      killed = killed || late;
+      for (Child& c : children) {
+        if (c.code != -1 || (c.lost && !late) || (!late && !c.stopped)) continue;
+        std::cerr << "ddpcheck launch: rank " << c.rank
+                  << (c.stopped ? " is stopped while every other rank has ended" : " still running")
+                  << "; killing it\n";
+        c.lost = true;
+        kill(c.pid, SIGKILL);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// See the file comment.
+int ExitCode(const std::vector<Child>& children) {
+  if (g_signal != 0) return 128 + g_signal;
+  for (const Child& c : children) {
+    if (c.rank == 0 && c.code >= 1 && c.code <= 3) return c.code;
+  }
+  std::string lost;
+  for (const Child& c : children) {
+    if (c.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(c.rank);
+  }
+  if (!lost.empty()) {
+    std::cerr << "ddpcheck launch: FAIL: rank(s) " << lost << " lost (killed or stopped): the world did not finish\n";
+    return 1;
+  }
+  for (const Child& c : children) {
+    if (c.code != 0) return c.code;
+  }
+  return 0;
+}
+
+// A loopback port free right now, for MASTER_PORT on one node; 29500 (torchrun's default) if none.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
 }
 
 int Run(const LaunchArgs& a) {
@@ -73,7 +204,8 @@ int Run(const LaunchArgs& a) {
   std::string rendezvous = a.rendezvous, temp_dir;
   if (rendezvous.empty()) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "ddpcheck-launch-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) return Fail("launch", core::Status::Io("cannot make a temporary store folder"));
+    if (!mkdtemp(tmpl.data()))
+      return Fail("launch", core::Status::Io("cannot make a temporary store folder: " + std::string(strerror(errno))));
     temp_dir = tmpl;
     rendezvous = "file://" + temp_dir;
   }
@@ -82,60 +214,35 @@ int Run(const LaunchArgs& a) {
     run_id = "launch-" + std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
   }
   const int world = a.nnodes * a.nproc_per_node;
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  std::vector<pid_t> pids;
-  std::vector<int> ranks;
+  const int master_port = a.master_port > 0 ? a.master_port : (a.nnodes > 1 ? 29500 : FreePort());
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, OnSignal);
+  std::vector<Child> children;
   for (int local = 0; local < a.nproc_per_node; ++local) {
-    const int rank = a.node_rank * a.nproc_per_node + local;
-    pids.push_back(Spawn(a.command, {{"RANK", std::to_string(rank)},
-                                     {"WORLD_SIZE", std::to_string(world)},
-                                     {"LOCAL_RANK", std::to_string(local)},
-                                     {"LOCAL_WORLD_SIZE", std::to_string(a.nproc_per_node)},
-                                     {"GROUP_RANK", std::to_string(a.node_rank)},
-                                     {"DDPCHECK_RENDEZVOUS", rendezvous},
-                                     {"DDPCHECK_RUN_ID", run_id}}));
-    ranks.push_back(rank);
-  }
-  std::vector<int> codes(pids.size(), -1);
-  size_t running = pids.size();
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  bool killed = false;
-  while (running > 0) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (codes[i] != -1 || waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
-      codes[i] = CodeOf(status);
-      --running;
-      if (codes[i] != 0) {
-        std::cerr << "ddpcheck launch: rank " << ranks[i] << " exited with code " << codes[i] << "\n";
-        if (deadline == std::chrono::steady_clock::time_point::max()) {
-          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.kill_after_ms);
-        }
-      }
+    Child c;
+    c.rank = a.node_rank * a.nproc_per_node + local;
+    c.pid = Spawn(a.command, {{"RANK", std::to_string(c.rank)},
+                              {"WORLD_SIZE", std::to_string(world)},
+                              {"LOCAL_RANK", std::to_string(local)},
+                              {"LOCAL_WORLD_SIZE", std::to_string(a.nproc_per_node)},
+                              {"GROUP_RANK", std::to_string(a.node_rank)},
+                              {"GROUP_WORLD_SIZE", std::to_string(a.nnodes)},
+                              {"MASTER_ADDR", a.master_addr},
+                              {"MASTER_PORT", std::to_string(master_port)},
+                              {"TORCHELASTIC_RUN_ID", run_id},
+                              {"DDPCHECK_RENDEZVOUS", rendezvous},
+                              {"DDPCHECK_RUN_ID", run_id}});
+    if (c.pid < 0) {
+      std::cerr << "ddpcheck launch: cannot fork rank " << c.rank << ": " << strerror(errno) << "\n";
+      c.code = 127;
     }
-    const bool late = std::chrono::steady_clock::now() > deadline;
-    if (running > 0 && (g_signal != 0 || late) && !killed) {
-      killed = true;
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (codes[i] != -1) continue;
-        if (late) std::cerr << "ddpcheck launch: rank " << ranks[i] << " still running; killing it\n";
-        kill(pids[i], g_signal != 0 ? g_signal.load() : SIGKILL);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    children.push_back(c);
   }
+  Supervise(children, std::chrono::milliseconds(a.kill_after_ms));
   if (!temp_dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(temp_dir, ec);
   }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (ranks[i] == 0 && codes[i] != 0) return codes[i];
-  }
-  for (int c : codes) {
-    if (c != 0) return c;
-  }
-  return 0;
+  return ExitCode(children);
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -158,6 +265,11 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("--kill-after-ms", args->kill_after_ms,
                   "After a rank fails, how long the others may take to end on their own before being killed")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--master-addr", args->master_addr,
+                  "MASTER_ADDR given to the ranks, for torch scripts under launch (default 127.0.0.1)");
+  sub->add_option("--master-port", args->master_port,
+                  "MASTER_PORT given to the ranks (default: a free port on one node, 29500 across nodes)")
+      ->check(CLI::Range(1, 65535));
   sub->add_option("command", args->command, "The command each rank runs, after --")->required();
   return {sub, [args] { return Run(*args); }};
 }
