@@ -18,6 +18,7 @@
 #include "sim/communicator_fingerprint.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/communicator_ring.h"
+#include "sim/store_named.h"
 
 namespace ddpcheck::sim {
 
@@ -154,6 +155,10 @@ Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()
       if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
     }
     if (body) body();
+  } catch (const StoreFailure& e) {  // the store, not a peer: name it (sim/store_named.h)
+    broken_ = Status::Io("collective " + DescribeRecord(record) + " on rank " + std::to_string(rank_) + ": " +
+                         e.what());
+    return broken_;
   } catch (const std::exception& e) {
     return Failure(record, start, GlooErrorText(e.what()));
   } catch (...) {

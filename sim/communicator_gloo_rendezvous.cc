@@ -14,6 +14,7 @@
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder_store.h"
 #include "sim/store.h"
+#include "sim/store_named.h"
 
 namespace ddpcheck::sim {
 
@@ -73,6 +74,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     store->set(JoinedKey(run_id, rank), {'1'});
     peers->Publish();
     recorder->Record(rank, CollectiveRecord{});  // "#0 rendezvous"
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": " + e.what());
   } catch (const std::exception& e) {
     return Status::Invalid(where + ": cannot register in the store; if this run id was used on it before, use "
                            "a fresh run id for every run (" + GlooErrorText(e.what()) + ")");
@@ -82,6 +85,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   for (int r = 0; r < world; ++r) keys.push_back(JoinedKey(run_id, r));
   try {
     store->wait(keys, timeout);
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": " + e.what());
   } catch (const std::exception& e) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
@@ -102,6 +107,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
     out->reset(new GlooCommunicator(store, recorder, peers, context, rank, world, timeout));
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {
     const std::string text = GlooErrorText(e.what());
     const std::string lost = DescribeLost(peers->Lost());
