@@ -2,6 +2,8 @@
 
 #include <sys/statvfs.h>
 
+#include <filesystem>
+
 #include "sim/communicator_gloo_errors.h"
 
 namespace ddpcheck::sim {
@@ -61,9 +63,17 @@ void NamedRedisStore::wait(const std::vector<std::string>& keys, const std::chro
   }
 }
 
-NamedFileStore::NamedFileStore(const std::string& path) : FileStore(path), path_(path) {}
+NamedFileStore::NamedFileStore(const std::string& path, std::chrono::milliseconds timeout)
+    : FileStore(path), path_(path), timeout_(timeout) {}
 
 void NamedFileStore::set(const std::string& key, const std::vector<char>& data) {
+  // gloo's FileStore does not check its writes: on a full disk it publishes an empty or truncated file and
+  // the reader fails with "n > 0. 0 vs 0". So check the space before and the size after.
+  struct statvfs fs {};
+  if (statvfs(path_.c_str(), &fs) == 0 && fs.f_bavail * fs.f_bsize < data.size() + fs.f_bsize) {
+    throw StoreFailure("rendezvous store file://" + path_ + ": cannot write key '" + key + "' (" + std::to_string(data.size()) +
+                       " bytes): disk full (" + std::to_string(fs.f_bavail * fs.f_bsize) + " bytes free)");
+  }
   try {
     FileStore::set(key, data);
   } catch (const std::exception& e) {
@@ -72,6 +82,24 @@ void NamedFileStore::set(const std::string& key, const std::vector<char>& data) 
     const std::string full = DiskFullCause(path_);
     throw StoreFailure("rendezvous store file://" + path_ + ": cannot write key '" + key +
                        "': " + (full.empty() ? cause : full + "; gloo said: " + cause));
+  }
+  std::error_code ec;
+  const std::string object = objectPath(key);
+  if (std::filesystem::file_size(object, ec) != data.size() || ec) {
+    std::filesystem::remove(object, ec);
+    const std::string full = DiskFullCause(path_);
+    throw StoreFailure("rendezvous store file://" + path_ + ": key '" + key + "' was written short: " +
+                       (full.empty() ? "the write failed" : full));
+  }
+}
+
+std::vector<char> NamedFileStore::get(const std::string& key) {
+  try {
+    return FileStore::get(key);
+  } catch (const std::exception& e) {
+    const std::string full = DiskFullCause(path_);
+    throw StoreFailure("rendezvous store file://" + path_ + ": cannot read key '" + key + "': " +
+                       GlooErrorText(e.what()) + (full.empty() ? "" : " (" + full + ")"));
   }
 }
 

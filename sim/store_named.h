@@ -31,7 +31,8 @@ class NamedRedisStore final : public gloo::rendezvous::RedisStore {
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
-  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  // gloo calls this overload (connectFullMesh): it waits the run's timeout, not gloo's 30 s default.
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
 
  private:
   [[noreturn]] void Throw(const std::string& op, const std::string& key, const std::exception& e) const;
@@ -41,11 +42,19 @@ class NamedRedisStore final : public gloo::rendezvous::RedisStore {
 
 class NamedFileStore final : public gloo::rendezvous::FileStore {
  public:
-  explicit NamedFileStore(const std::string& path);
+  // `timeout`: how long wait(keys) without a timeout waits (gloo's default is 30 s).
+  NamedFileStore(const std::string& path, std::chrono::milliseconds timeout);
+  // Throws StoreFailure naming a full disk before writing, and when the written value came out short.
   void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    FileStore::wait(keys, timeout);
+  }
+  void wait(const std::vector<std::string>& keys) override { FileStore::wait(keys, timeout_); }
 
  private:
   std::string path_;
+  std::chrono::milliseconds timeout_;
 };
 
 // "disk full (no space left on the filesystem of PATH)" when PATH's filesystem has no free block, else "".

@@ -161,7 +161,7 @@ core::Status OpenStore(const std::string& url, std::chrono::milliseconds connect
     std::filesystem::create_directories(u.path, ec);
     if (ec) return core::Status::Io(u.path + ": cannot create the FileStore folder: " + ec.message());
     try {
-      *out = std::make_shared<NamedFileStore>(u.path);
+      *out = std::make_shared<NamedFileStore>(u.path, connect_timeout);
     } catch (const std::exception& e) {
       return core::Status::Io(u.path + ": cannot open the FileStore: " + e.what());
     }
