@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -33,6 +34,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "sim/store_named.h"
+#include "sim/store_open.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -174,6 +177,49 @@ int ExitCode(const std::vector<Child>& children) {
   return 0;
 }
 
+// Forks a janitor that removes `dir` once the launcher is gone, however it ends (even SIGKILL): it waits for
+// EOF on a pipe whose only write end the launcher holds.
+void StartJanitor(const std::string& dir) {
+  int fds[2];
+  if (pipe(fds) != 0) return;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd : {0, 1, 2}) dup2(null, fd);  // never keeps the launcher's output pipes open
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_IGN);
+    char c;
+    while (read(fds[0], &c, 1) != 0 && errno == EINTR) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ranks die with the launcher first
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    _exit(0);
+  }
+  close(fds[0]);
+  if (pid > 0) fcntl(fds[1], F_SETFD, FD_CLOEXEC);  // the ranks must not hold it open
+}
+
+// Claims `run_id` for this node in the store named by `url` before any rank starts, so a second launch with
+// the same run id and node rank is refused (exit 2) instead of mixing its ranks into this world.
+core::Status ClaimRunId(const std::string& url, const std::string& run_id, int node_rank) {
+  std::shared_ptr<gloo::rendezvous::Store> store;
+  DDPCHECK_RETURN_IF_ERROR(sim::OpenStore(url, std::chrono::milliseconds(5000), &store));
+  const std::string key = run_id + "/launch/" + std::to_string(node_rank);
+  try {
+    const std::string me = std::to_string(getpid());
+    store->set(key, std::vector<char>(me.begin(), me.end()));
+  } catch (const sim::StoreFailure& e) {
+    return core::Status::Io(e.what());
+  } catch (const std::exception&) {
+    return core::Status::Invalid("run id '" + run_id + "' (node rank " + std::to_string(node_rank) +
+                                 ") is already used on " + url + " by another launch, running or finished: pick "
+                                 "another with --run-id (or leave it out on one node: each launch then gets its "
+                                 "own)");
+  }
+  return core::Status::Ok();
+}
+
 // A loopback port free right now, for MASTER_PORT on one node; 29500 (torchrun's default) if none.
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -208,10 +254,15 @@ int Run(const LaunchArgs& a) {
       return Fail("launch", core::Status::Io("cannot make a temporary store folder: " + std::string(strerror(errno))));
     temp_dir = tmpl;
     rendezvous = "file://" + temp_dir;
+    StartJanitor(temp_dir);
   }
   std::string run_id = a.run_id;
   if (run_id.empty()) {
     run_id = "launch-" + std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
+  }
+  if (const core::Status st = ClaimRunId(rendezvous, run_id, a.node_rank); !st.ok()) {
+    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+    return Fail("launch", st);
   }
   const int world = a.nnodes * a.nproc_per_node;
   const int master_port = a.master_port > 0 ? a.master_port : (a.nnodes > 1 ? 29500 : FreePort());

@@ -78,7 +78,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     return Status::Io(where + ": " + e.what());
   } catch (const std::exception& e) {
     return Status::Invalid(where + ": cannot register in the store; if this run id was used on it before, use "
-                           "a fresh run id for every run (" + GlooErrorText(e.what()) + ")");
+                           "a fresh run id for every run: --run-id or DDPCHECK_RUN_ID (torchrun: a new --rdzv-id; "
+                           "Slurm: a new job or step) (" + GlooErrorText(e.what()) + ")");
   }
 
   std::vector<std::string> keys;
