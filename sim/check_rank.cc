@@ -6,6 +6,7 @@
 #include "core/train_loop.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder.h"
+#include "sim/peer_watch.h"
 #include "sim/store.h"
 #include "sim/trace_shard.h"
 
@@ -16,16 +17,22 @@ namespace {
 std::string ShardKey(const std::string& run_id, int rank) { return run_id + "/shard/" + std::to_string(rank); }
 
 // Waits for every rank's shard and merges them into *got. Timeout names the ranks whose shards are missing.
-core::Status GatherShards(gloo::rendezvous::Store& store, const std::string& run_id, int world,
-                          std::chrono::milliseconds timeout, core::Trace* got) {
+core::Status GatherShards(const std::shared_ptr<gloo::rendezvous::Store>& store_ptr, const std::string& run_id,
+                          int world, std::chrono::milliseconds timeout, core::Trace* got) {
+  gloo::rendezvous::Store& store = *store_ptr;
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(ShardKey(run_id, r));
   try {
-    store.wait(keys, timeout);
-  } catch (const std::exception&) {
+    // PeerAwareStore: a rank lost before publishing is named at once, not after the timeout.
+    PeerAwareStore(store, std::make_shared<PeerWatch>(store_ptr, run_id, 0, world), timeout).wait(keys, timeout);
+  } catch (const std::exception& e) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
       if (!StoreHas(store, keys[static_cast<size_t>(r)])) missing.push_back(r);
+    }
+    if (!missing.empty() && std::string(e.what()).find(" lost: ") != std::string::npos) {
+      return core::Status::Timeout("run '" + run_id + "': the trace shards of " + RankList(missing) +
+                                   " never arrived at rank 0: " + GlooErrorText(e.what()));
     }
     if (!missing.empty()) {
       return core::Status::Timeout("run '" + run_id + "': the trace shards of " + RankList(missing) +
@@ -71,7 +78,7 @@ core::Status RunCheckRank(core::Scenario s, const CheckOptions& opts, int rank,
   if (rank != 0) return finding;
 
   core::Trace got;
-  core::Status st = GatherShards(*store, opts.sim.run_id, s.world, opts.sim.timeout, &got);
+  core::Status st = GatherShards(store, opts.sim.run_id, s.world, opts.sim.timeout, &got);
   if (!st.ok()) {
     if (!finding.ok()) st = core::Status(st.code(), finding.message() + "; then " + st.message());
     return st;

@@ -71,8 +71,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
       return Status::Invalid(where + ": this store already has rank " + std::to_string(rank) +
                              " of this run id; use a fresh run id for every run");
     }
+    peers->Publish();  // before joining: every rank that joined can be watched
     store->set(JoinedKey(run_id, rank), {'1'});
-    peers->Publish();
     recorder->Record(rank, CollectiveRecord{});  // "#0 rendezvous"
   } catch (const StoreFailure& e) {
     return Status::Io(where + ": " + e.what());
@@ -104,7 +104,8 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
     context->setTimeout(timeout);
-    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", *store);
+    PeerAwareStore aware(*store, peers, timeout);  // a rank that dies here is named at once
+    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", aware);
     auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
     out->reset(new GlooCommunicator(store, recorder, peers, context, rank, world, timeout));

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
 
 #include "sim/store.h"
@@ -71,6 +73,27 @@ std::vector<LostRank> PeerWatch::Lost() {
     }
   }
   return lost;
+}
+
+void PeerAwareStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  const auto until = std::chrono::steady_clock::now() + std::min(timeout, timeout_);  // PrefixStore passes 30 s
+  constexpr std::chrono::milliseconds kSlice(100);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    try {
+      inner_.wait(keys, std::max(std::chrono::milliseconds(1), std::min(left, kSlice)));
+      return;
+    } catch (const gloo::IoException&) {
+      if (left <= kSlice) throw;
+    }
+    const std::string lost = DescribeLost(peers_->Lost());
+    if (!lost.empty()) throw gloo::IoException("gave up waiting for " + keys.front() + lost.substr(1));
+  }
+}
+
+std::vector<char> PeerAwareStore::get(const std::string& key) {
+  wait({key}, timeout_);
+  return inner_.get(key);
 }
 
 std::string DescribeLost(const std::vector<LostRank>& lost) {

@@ -8,13 +8,12 @@
 // Ranks as threads (one process) never lose one another; Lost() returns nothing for them.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace gloo::rendezvous {
-class Store;
-}
+#include <gloo/rendezvous/store.h>
 
 namespace ddpcheck::sim {
 
@@ -38,6 +37,24 @@ class PeerWatch {
   int rank_;
   int world_;
   std::vector<long> pids_;  // per rank: the peer's pid on this host, 0 unknown, -1 elsewhere or this process
+};
+
+// A store that delegates to `inner`, except that waits (and the waits inside get) run in slices and end early,
+// throwing "rank 2 lost: its process 1234 is gone ...", when a rank that a missing key waits for is lost. Gloo's
+// connectFullMesh runs over it, so a rank that dies at rendezvous is named at once, not after the timeout.
+class PeerAwareStore final : public gloo::rendezvous::Store {
+ public:
+  PeerAwareStore(gloo::rendezvous::Store& inner, std::shared_ptr<PeerWatch> peers, std::chrono::milliseconds timeout)
+      : inner_(inner), peers_(std::move(peers)), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override { inner_.set(key, data); }
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+ private:
+  gloo::rendezvous::Store& inner_;
+  std::shared_ptr<PeerWatch> peers_;
+  std::chrono::milliseconds timeout_;
 };
 
 // The process state of `pid` in /proc ('R', 'S', 'T', 'Z', ...), or 0 when there is no such process.

@@ -46,8 +46,9 @@ void NamedRedisStore::set(const std::string& key, const std::vector<char>& data)
 
 std::vector<char> NamedRedisStore::get(const std::string& key) {
   try {
-    return RedisStore::get(key);
+    return RedisStore::get(key);  // waits for the key first
   } catch (const std::exception& e) {
+    if (IsGlooTimeout(GlooErrorText(e.what())) && (!redis_ || redis_->err == 0)) throw;  // as in wait()
     Throw("get", key, e);
   }
 }
@@ -95,9 +96,10 @@ void NamedFileStore::set(const std::string& key, const std::vector<char>& data) 
 
 std::vector<char> NamedFileStore::get(const std::string& key) {
   try {
-    return FileStore::get(key);
+    return FileStore::get(key);  // waits for the key first
   } catch (const std::exception& e) {
     const std::string full = DiskFullCause(path_);
+    if (IsGlooTimeout(GlooErrorText(e.what())) && full.empty()) throw;  // a key that never came: the caller's
     throw StoreFailure("rendezvous store file://" + path_ + ": cannot read key '" + key + "': " +
                        GlooErrorText(e.what()) + (full.empty() ? "" : " (" + full + ")"));
   }
