@@ -63,7 +63,21 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
       world_(world),
       timeout_(timeout) {}
 
-GlooCommunicator::~GlooCommunicator() = default;
+GlooCommunicator::~GlooCommunicator() {
+  // Receives for the next direct exchange stay posted between collectives, and the device's event-loop thread
+  // may still write a peer's bytes into them (a peer ahead of a rank that failed) or signal them an error (a
+  // peer closing its sockets) while this thread frees them: the race TSan saw here. Close every pair first
+  // (under each pair's own lock, so the loop is done with it), then free the buffers, then the context.
+  if (context_) {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // A pair that fails to close is already broken: nothing will arrive through it.
+    }
+  }
+  send_buffer_.reset();
+  for (auto& buffer : recv_buffers_) buffer.reset();
+}
 
 size_t GlooCommunicator::DirectBlock() const {
   const int64_t capacity = kDirectStagingBytes / std::max(1, world_) - static_cast<int64_t>(sizeof(Fingerprint));

@@ -144,8 +144,9 @@ TEST(Launch, TwoRunsOnOneStoreWithDifferentRunIdsNeverMixAndAReusedRunIdIsRefuse
   EXPECT_EQ(a.exit_code, 0) << a.out << a.err;
   EXPECT_EQ(b.exit_code, 0) << b.out << b.err;
   const auto again = RunCli(base + " --run-id A -- ddpcheck run --world 2 --steps 2 -q --timeout-ms 2000");
-  EXPECT_NE(again.exit_code, 0);
-  EXPECT_THAT(again.err, HasSubstr("fresh run id"));
+  EXPECT_EQ(again.exit_code, 2) << again.err;  // refused by launch before any rank starts
+  EXPECT_THAT(again.err, HasSubstr("run id 'A'"));
+  EXPECT_THAT(again.err, HasSubstr("already used"));
 }
 
 TEST(Launch, ARankThatDiesMidRunMakesTheOthersFailNamingItWithinTheTimeout) {
