@@ -53,11 +53,13 @@ constexpr int64_t kDirectStagingBytes = 1024 * 1024;
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
                                    std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<PeerWatch> peers,
+                                   std::shared_ptr<gloo::transport::Device> device,
                                    std::shared_ptr<gloo::Context> context, int rank, int world,
                                    std::chrono::milliseconds timeout)
     : store_(std::move(store)),
       recorder_(std::move(recorder)),
       peers_(std::move(peers)),
+      device_(std::move(device)),
       context_(std::move(context)),
       rank_(rank),
       world_(world),
@@ -66,8 +68,10 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
 GlooCommunicator::~GlooCommunicator() {
   // Receives for the next direct exchange stay posted between collectives, and the device's event-loop thread
   // may still write a peer's bytes into them (a peer ahead of a rank that failed) or signal them an error (a
-  // peer closing its sockets) while this thread frees them: the race TSan saw here. Close every pair first
-  // (under each pair's own lock, so the loop is done with it), then free the buffers, then the context.
+  // peer closing its sockets) while this thread frees them. Close every pair first (under each pair's own
+  // lock, so the loop is done with it), then free the buffers, then the context, and only then (member order)
+  // this rank's reference to the shared device: the race TSan saw here was another rank's teardown freeing the
+  // device while this one's pairs were still unregistering from its loop.
   if (context_) {
     try {
       context_->closeConnections();
@@ -77,6 +81,7 @@ GlooCommunicator::~GlooCommunicator() {
   }
   send_buffer_.reset();
   for (auto& buffer : recv_buffers_) buffer.reset();
+  context_.reset();  // its pairs unregister from device_'s loop, which this rank still holds
 }
 
 size_t GlooCommunicator::DirectBlock() const {

@@ -33,6 +33,7 @@
 namespace gloo {
 class Context;
 namespace transport {
+class Device;
 class UnboundBuffer;
 }
 namespace rendezvous {
@@ -86,8 +87,8 @@ class GlooCommunicator final : public core::Communicator {
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<FlightRecorder> recorder,
-                   std::shared_ptr<PeerWatch> peers, std::shared_ptr<gloo::Context> context, int rank, int world,
-                   std::chrono::milliseconds timeout);
+                   std::shared_ptr<PeerWatch> peers, std::shared_ptr<gloo::transport::Device> device,
+                   std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout);
   // A direct all-reduce's buffer: sent with the fingerprint; `finish` gets every rank's copy, indexed by rank.
   struct DirectPayload {
     const void* data;
@@ -119,6 +120,10 @@ class GlooCommunicator final : public core::Communicator {
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<FlightRecorder> recorder_;
   std::shared_ptr<PeerWatch> peers_;
+  // The TCP device (event loop) shared by the ranks of this process. Held here, declared before context_ so it
+  // goes after it: a context's pairs unregister from the device's loop as they close, and without this
+  // reference another rank's teardown could drop the device's last reference in the middle of that.
+  std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   int rank_;
   int world_;

@@ -108,7 +108,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", aware);
     auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
-    out->reset(new GlooCommunicator(store, recorder, peers, context, rank, world, timeout));
+    out->reset(new GlooCommunicator(store, recorder, peers, device, context, rank, world, timeout));
   } catch (const StoreFailure& e) {
     return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {
