@@ -2,7 +2,8 @@
 // child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT and TORCHELASTIC_RUN_ID (so a torch script under `launch` can init_process_group("env://")), plus
 // DDPCHECK_RENDEZVOUS and DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one
-// node the default store is a FileStore in a fresh temporary folder (removed afterwards, whatever happens);
+// node the default store is a FileStore in a fresh temporary folder, which is also the ranks' TMPDIR (removed
+// afterwards, whatever happens);
 // across nodes pass --rendezvous and --run-id (the same on every node).
 //
 // Faults: every rank gets PR_SET_PDEATHSIG (SIGKILL), so a SIGKILLed launcher takes its ranks with it. SIGINT,
@@ -247,21 +248,24 @@ int Run(const LaunchArgs& a) {
     return Fail("launch", core::Status::Invalid("--nnodes > 1 needs --rendezvous (redis://HOST:PORT or "
                                                 "file:///shared/dir) and --run-id, the same on every node"));
   }
-  std::string rendezvous = a.rendezvous, temp_dir;
-  if (rendezvous.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ddpcheck-launch-XXXXXX").string();
-    if (!mkdtemp(tmpl.data()))
-      return Fail("launch", core::Status::Io("cannot make a temporary store folder: " + std::string(strerror(errno))));
-    temp_dir = tmpl;
-    rendezvous = "file://" + temp_dir;
-    StartJanitor(temp_dir);
-  }
+  // One temporary folder for the whole launch, removed however it ends: the ranks' TMPDIR (what a SIGKILLed
+  // rank leaves there goes with it) and, on one node without --rendezvous, the FileStore.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ddpcheck-launch-XXXXXX").string();
+  if (!mkdtemp(tmpl.data()))
+    return Fail("launch", core::Status::Io("cannot make a temporary folder: " + std::string(strerror(errno))));
+  const std::string temp_dir = tmpl;
+  StartJanitor(temp_dir);
+  std::error_code mkdir_ec;
+  std::filesystem::create_directories(temp_dir + "/tmp", mkdir_ec);
+  std::string rendezvous = a.rendezvous;
+  if (rendezvous.empty()) rendezvous = "file://" + temp_dir + "/store";
   std::string run_id = a.run_id;
   if (run_id.empty()) {
     run_id = "launch-" + std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
   }
   if (const core::Status st = ClaimRunId(rendezvous, run_id, a.node_rank); !st.ok()) {
-    if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+    std::error_code ec;
+    std::filesystem::remove_all(temp_dir, ec);
     return Fail("launch", st);
   }
   const int world = a.nnodes * a.nproc_per_node;
@@ -280,6 +284,7 @@ int Run(const LaunchArgs& a) {
                               {"MASTER_ADDR", a.master_addr},
                               {"MASTER_PORT", std::to_string(master_port)},
                               {"TORCHELASTIC_RUN_ID", run_id},
+                              {"TMPDIR", temp_dir + "/tmp"},
                               {"DDPCHECK_RENDEZVOUS", rendezvous},
                               {"DDPCHECK_RUN_ID", run_id}});
     if (c.pid < 0) {
@@ -289,10 +294,8 @@ int Run(const LaunchArgs& a) {
     children.push_back(c);
   }
   Supervise(children, std::chrono::milliseconds(a.kill_after_ms));
-  if (!temp_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(temp_dir, ec);
-  }
+  std::error_code ec;
+  std::filesystem::remove_all(temp_dir, ec);
   return ExitCode(children);
 }
 

@@ -2,6 +2,9 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/diagnose.h"
 #include "core/train_loop.h"
 #include "sim/communicator_gloo_errors.h"
@@ -23,16 +26,28 @@ core::Status GatherShards(const std::shared_ptr<gloo::rendezvous::Store>& store_
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(ShardKey(run_id, r));
   try {
-    // PeerAwareStore: a rank lost before publishing is named at once, not after the timeout.
-    PeerAwareStore(store, std::make_shared<PeerWatch>(store_ptr, run_id, 0, world), timeout).wait(keys, timeout);
-  } catch (const std::exception& e) {
+    // In slices: a rank lost (PeerWatch) before its shard arrived is named at once, not after the timeout.
+    PeerWatch peers(store_ptr, run_id, 0, world);
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    std::string lost;
+    while (lost.empty()) {
+      try {
+        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(100)));
+        break;
+      } catch (const std::exception&) {
+        if (std::chrono::steady_clock::now() >= until) throw;
+      }
+      for (const LostRank& l : peers.Lost()) {  // ranks that published and exited are not lost
+        if (!StoreHas(store, keys[static_cast<size_t>(l.rank)])) lost += DescribeLost({l});
+      }
+    }
+    if (!lost.empty()) {
+      return core::Status::Timeout("run '" + run_id + "': trace shards never arrived at rank 0" + lost);
+    }
+  } catch (const std::exception&) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
       if (!StoreHas(store, keys[static_cast<size_t>(r)])) missing.push_back(r);
-    }
-    if (!missing.empty() && std::string(e.what()).find(" lost: ") != std::string::npos) {
-      return core::Status::Timeout("run '" + run_id + "': the trace shards of " + RankList(missing) +
-                                   " never arrived at rank 0: " + GlooErrorText(e.what()));
     }
     if (!missing.empty()) {
       return core::Status::Timeout("run '" + run_id + "': the trace shards of " + RankList(missing) +

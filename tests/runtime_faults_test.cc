@@ -119,12 +119,12 @@ void ExpectLostRankNamed(const Launch& run, int code, int lost, const std::vecto
 }
 
 TEST(RankLost, ASigkilledRankMidRunIsNamedByEverySurvivorAndTheLauncherWithinTheTimeout) {
-  Launch run("kill-mid", "", "--steps 2000");
+  Launch run("kill-mid", "", "--epochs 1000 --steps 2000");
   const pid_t victim = run.Rank(2);
   ASSERT_GT(victim, 0);
   ASSERT_GT(run.Rank(0), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // well into the training steps
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0) << "rank 2 already ended\n" << run.err() << run.out();
   const int code = run.Finish(Clock::now());
   ExpectLostRankNamed(run, code, 2, {0, 1, 3});
 }
@@ -183,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(Moments, RankLostAt,
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(LauncherLost, SigkillOfTheLauncherEndsItsRanksWithinSecondsAndRemovesItsTemporaryStore) {
-  Launch run("launcher-kill", "", "--steps 4000");
+  Launch run("launcher-kill", "", "--epochs 1000 --steps 4000");
   for (int r = 0; r < 4; ++r) ASSERT_GT(run.Rank(r), 0);
   ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
   const auto start = Clock::now();
@@ -194,7 +194,7 @@ TEST(LauncherLost, SigkillOfTheLauncherEndsItsRanksWithinSecondsAndRemovesItsTem
 }
 
 TEST(LauncherLost, SigtermIsForwardedToEveryRankWhichIsReapedBeforeTheLauncherExits) {
-  Launch run("launcher-term", "", "--steps 4000");
+  Launch run("launcher-term", "", "--epochs 1000 --steps 4000");
   for (int r = 0; r < 4; ++r) ASSERT_GT(run.Rank(r), 0);
   ASSERT_EQ(kill(run.pid(), SIGTERM), 0);
   const int code = run.Finish(Clock::now());
@@ -209,7 +209,7 @@ TEST(LauncherLost, RanksStartedByAnotherLauncherEndWhenItDies) {
   std::string script;
   for (int r = 0; r < 2; ++r) {
     script += "RANK=" + std::to_string(r) + " WORLD_SIZE=2 DDPCHECK_STORE=" + dir.File("store") + " DDPCHECK_RUN_ID=" +
-              id + " '" + DDPCHECK_BINARY + "' run --steps 4000 -q --timeout-ms 2000 2>>" + dir.File("err") + " & ";
+              id + " '" + DDPCHECK_BINARY + "' run --epochs 1000 --steps 4000 -q --timeout-ms 2000 2>>" + dir.File("err") + " & ";
   }
   script += "wait";
   const pid_t shell = fork();
@@ -281,7 +281,7 @@ TEST(StoreLost, AListenerThatNeverAnswersOrSpeaksGarbageIsNamedWithItsAddressWit
 void ExpectStoreLossNamed(int signal) {
   RedisServer redis;
   if (redis.url().empty()) GTEST_SKIP() << "redis-server not installed or did not start";
-  Launch run(signal == SIGKILL ? "redis-kill" : "redis-stop", "--rendezvous " + redis.url(), "--steps 2000");
+  Launch run(signal == SIGKILL ? "redis-kill" : "redis-stop", "--rendezvous " + redis.url(), "--epochs 1000 --steps 2000");
   std::shared_ptr<gloo::rendezvous::Store> store;
   ASSERT_TRUE(sim::OpenStore(redis.url(), std::chrono::milliseconds(2000), &store).ok());
   const auto give_up = Clock::now() + std::chrono::seconds(20);
