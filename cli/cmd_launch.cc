@@ -3,27 +3,16 @@
 // MASTER_PORT and TORCHELASTIC_RUN_ID (so a torch script under `launch` can init_process_group("env://")), plus
 // DDPCHECK_RENDEZVOUS and DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one
 // node the default store is a FileStore in a fresh temporary folder, which is also the ranks' TMPDIR (removed
-// afterwards, whatever happens);
-// across nodes pass --rendezvous and --run-id (the same on every node).
+// afterwards, whatever happens); across nodes pass --rendezvous and --run-id (the same on every node).
 //
-// Faults: every rank gets PR_SET_PDEATHSIG (SIGKILL), so a SIGKILLed launcher takes its ranks with it. SIGINT,
-// SIGTERM and SIGHUP are forwarded to the ranks (with SIGCONT, so stopped ones get them too); ranks still
-// there 5 s later are killed, all are reaped, and launch exits 128 + signal. A rank that is stopped (SIGSTOP)
-// while every other rank has ended is killed and named. Once a rank has failed, the others get --kill-after-ms
-// to end on their own (they fail within their collective timeout, naming it), then are killed.
-// The exit code is rank 0's verdict when it is 1, 2 or 3; else 1 when a rank was lost (killed by a signal or
-// stopped), else the first non-zero code, else 0: never 0 with a rank gone.
-#include <signal.h>
+// Faults and exit codes: cli/launch_ranks.h.
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -35,6 +24,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/launch_ranks.h"
 #include "sim/store_named.h"
 #include "sim/store_open.h"
 
@@ -51,132 +41,6 @@ struct LaunchArgs {
   int master_port = 0;
   std::vector<std::string> command;
 };
-
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
-
-// Forks and execs `argv` with the rank variables set; "ddpcheck" means this binary. The child dies with the
-// launcher (PR_SET_PDEATHSIG), also when the launcher died between fork and prctl.
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
-  const pid_t launcher = getpid();
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != launcher) _exit(128 + SIGKILL);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGHUP, SIG_DFL);
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  if (argv[0] == "ddpcheck")
-    execv("/proc/self/exe", args.data());
-  else
-    execvp(args[0], args.data());
-  std::cerr << "ddpcheck launch: cannot run " << argv[0] << ": " << std::strerror(errno) << "\n";
-  _exit(127);
-}
-
-// One rank process of this node and what became of it.
-struct Child {
-  pid_t pid = -1;
-  int rank = 0;
-  int code = -1;  // exit code once ended (128 + signal when killed); -1 while running
-  bool lost = false;  // killed by a signal, or stopped and then killed by launch
-  bool stopped = false;
-};
-
-// Reaps `c` if it ended or changed state; returns true when it just ended.
-bool Poll(Child& c) {
-  int status = 0;
-  if (c.code != -1 || waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != c.pid) return false;
-  if (WIFSTOPPED(status)) {
-    c.stopped = true;
-    std::cerr << "ddpcheck launch: rank " << c.rank << " stopped by signal " << WSTOPSIG(status) << " ("
-              << strsignal(WSTOPSIG(status)) << ")\n";
-    return false;
-  }
-  if (WIFCONTINUED(status)) {
-    c.stopped = false;
-    return false;
-  }
-  c.stopped = false;
-  if (WIFSIGNALED(status)) {
-    c.code = 128 + WTERMSIG(status);
-    c.lost = c.lost || g_signal == 0;  // not a signal launch forwarded
-    std::cerr << "ddpcheck launch: rank " << c.rank << (c.lost ? " lost: killed" : " ended") << " by signal "
-              << WTERMSIG(status) << " ("
-              << strsignal(WTERMSIG(status)) << "), exit code " << c.code << "\n";
-  } else {
-    c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    if (c.code != 0) std::cerr << "ddpcheck launch: rank " << c.rank << " exited with code " << c.code << "\n";
-  }
-  return true;
-}
-
-// Waits for every child. A launcher signal is forwarded (with SIGCONT) and followed by SIGKILL after 5 s;
-// after a rank's failure the others get `kill_after`; a rank stopped while all others have ended is killed.
-void Supervise(std::vector<Child>& children, std::chrono::milliseconds kill_after) {
-  using Clock = std::chrono::steady_clock;
-  size_t running = children.size();
-  Clock::time_point deadline = Clock::time_point::max();
-  bool forwarded = false, killed = false;
-  while (running > 0) {
-    for (Child& c : children) {
-      if (!Poll(c)) continue;
-      --running;
-      if (c.code != 0 && deadline == Clock::time_point::max()) deadline = Clock::now() + kill_after;
-    }
-    if (running == 0) break;
-    if (g_signal != 0 && !forwarded) {
-      forwarded = true;
-      std::cerr << "ddpcheck launch: got signal " << g_signal << " (" << strsignal(g_signal)
-                << "): forwarding it to the ranks\n";
-      for (Child& c : children) {
-        if (c.code != -1) continue;
-        kill(c.pid, g_signal);
-        kill(c.pid, SIGCONT);
-      }
-      deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-    }
-    size_t stopped = 0;
-    for (const Child& c : children) stopped += (c.code == -1 && c.stopped) ? 1 : 0;
-    const bool late = Clock::now() > deadline;
-    if ((late && !killed) || stopped == running) {
-      killed = killed || late;
-      for (Child& c : children) {
-        if (c.code != -1 || (c.lost && !late) || (!late && !c.stopped)) continue;
-        std::cerr << "ddpcheck launch: rank " << c.rank
-                  << (c.stopped ? " is stopped while every other rank has ended" : " still running")
-                  << "; killing it\n";
-        c.lost = true;
-        kill(c.pid, SIGKILL);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-// See the file comment.
-int ExitCode(const std::vector<Child>& children) {
-  if (g_signal != 0) return 128 + g_signal;
-  for (const Child& c : children) {
-    if (c.rank == 0 && c.code >= 1 && c.code <= 3) return c.code;
-  }
-  std::string lost;
-  for (const Child& c : children) {
-    if (c.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(c.rank);
-  }
-  if (!lost.empty()) {
-    std::cerr << "ddpcheck launch: FAIL: rank(s) " << lost << " lost (killed or stopped): the world did not finish\n";
-    return 1;
-  }
-  for (const Child& c : children) {
-    if (c.code != 0) return c.code;
-  }
-  return 0;
-}
 
 // Forks a janitor that removes `dir` once the launcher is gone, however it ends (even SIGKILL): it waits for
 // EOF on a pipe whose only write end the launcher holds.
@@ -270,7 +134,7 @@ int Run(const LaunchArgs& a) {
   }
   const int world = a.nnodes * a.nproc_per_node;
   const int master_port = a.master_port > 0 ? a.master_port : (a.nnodes > 1 ? 29500 : FreePort());
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, OnSignal);
+  InstallSignalForwarding();
   std::vector<Child> children;
   for (int local = 0; local < a.nproc_per_node; ++local) {
     Child c;
