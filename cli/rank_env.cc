@@ -4,7 +4,12 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "sim/check_rank.h"
 #include "sim/store_open.h"
@@ -43,6 +48,22 @@ core::Status ParseInt(const GetEnvFn& getenv_fn, const char* name, int* out) {
 }
 
 const char* RealGetEnv(const char* name) { return std::getenv(name); }
+
+// Ends this rank within a second of its launcher's death (torchrun, srun, a shell script: whatever started
+// it; `ddpcheck launch` also sets PR_SET_PDEATHSIG): the parent changes when the process is re-parented.
+// DDPCHECK_NO_PARENT_WATCH=1 turns it off (a rank deliberately left running by a launcher that exits).
+void WatchLauncher(int rank) {
+  const pid_t parent = getppid();
+  const char* off = std::getenv("DDPCHECK_NO_PARENT_WATCH");
+  if (parent <= 1 || (off && std::string(off) == "1")) return;
+  std::thread([parent, rank] {
+    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::fprintf(stderr, "ddpcheck run: rank %d: its launcher (process %d) ended; this rank ends too\n", rank,
+                 static_cast<int>(parent));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+}
 
 }  // namespace
 
@@ -141,6 +162,7 @@ core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, sim:
                                  "world size " + std::to_string(env->world) + " (" + env->source + ")");
   }
   scenario.world = env->world;
+  WatchLauncher(env->rank);
   core::Scenario s;
   DDPCHECK_RETURN_IF_ERROR(scenario.Resolve(&s));
   // 0: the scenario's ddp.timeout_ms, as RunSim resolves it; the store connection and rank 0's wait for the

@@ -2,10 +2,14 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/diagnose.h"
 #include "core/train_loop.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder.h"
+#include "sim/peer_watch.h"
 #include "sim/store.h"
 #include "sim/trace_shard.h"
 
@@ -16,12 +20,30 @@ namespace {
 std::string ShardKey(const std::string& run_id, int rank) { return run_id + "/shard/" + std::to_string(rank); }
 
 // Waits for every rank's shard and merges them into *got. Timeout names the ranks whose shards are missing.
-core::Status GatherShards(gloo::rendezvous::Store& store, const std::string& run_id, int world,
-                          std::chrono::milliseconds timeout, core::Trace* got) {
+core::Status GatherShards(const std::shared_ptr<gloo::rendezvous::Store>& store_ptr, const std::string& run_id,
+                          int world, std::chrono::milliseconds timeout, core::Trace* got) {
+  gloo::rendezvous::Store& store = *store_ptr;
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(ShardKey(run_id, r));
   try {
-    store.wait(keys, timeout);
+    // In slices: a rank lost (PeerWatch) before its shard arrived is named at once, not after the timeout.
+    PeerWatch peers(store_ptr, run_id, 0, world);
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    std::string lost;
+    while (lost.empty()) {
+      try {
+        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(100)));
+        break;
+      } catch (const std::exception&) {
+        if (std::chrono::steady_clock::now() >= until) throw;
+      }
+      for (const LostRank& l : peers.Lost()) {  // ranks that published and exited are not lost
+        if (!StoreHas(store, keys[static_cast<size_t>(l.rank)])) lost += DescribeLost({l});
+      }
+    }
+    if (!lost.empty()) {
+      return core::Status::Timeout("run '" + run_id + "': trace shards never arrived at rank 0" + lost);
+    }
   } catch (const std::exception&) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
@@ -71,9 +93,9 @@ core::Status RunCheckRank(core::Scenario s, const CheckOptions& opts, int rank,
   if (rank != 0) return finding;
 
   core::Trace got;
-  core::Status st = GatherShards(*store, opts.sim.run_id, s.world, opts.sim.timeout, &got);
+  core::Status st = GatherShards(store, opts.sim.run_id, s.world, opts.sim.timeout, &got);
   if (!st.ok()) {
-    if (!finding.ok()) st = core::Status(st.code(), st.message() + "; rank 0 found: " + finding.message());
+    if (!finding.ok()) st = core::Status(st.code(), finding.message() + "; then " + st.message());
     return st;
   }
   // The reference and the report's frame, as RunCheck builds them; then the comparison it makes for sim.
