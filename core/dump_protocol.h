@@ -56,6 +56,7 @@ struct ProtocolStep {
   std::string ref_note;
   int64_t ref_rows = 0, microbatches = 0;
   std::vector<double> lrs;  // each group's lr at the optimizer step
+  std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
   int64_t optimizer_steps = 1, scheduler_steps = 0;
   int64_t scheduler_steps_before = 0;  // scheduler.step() calls before this step's optimizer.step()
   std::vector<int64_t> indices;

@@ -24,7 +24,7 @@ Status LoadFiles(const std::string& dir, const nlohmann::json& files, std::map<s
   return Status::Ok();
 }
 
-Status LoadStep(const std::string& dir, const nlohmann::json& st, ProtocolStep* s) {
+Status LoadStep(const std::string& dir, const std::string& type, const nlohmann::json& st, ProtocolStep* s) {
   s->step = st.at("step").get<int64_t>();
   s->epoch = st.value("epoch", int64_t{0});
   s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
@@ -36,6 +36,14 @@ Status LoadStep(const std::string& dir, const nlohmann::json& st, ProtocolStep* 
   s->microbatches = st.value("microbatches", int64_t{0});
   s->autocast = st.value("autocast", false);
   s->ref_note = Str(st, "ref_note");
+  for (const auto& g : st.value("groups", nlohmann::json::array())) {
+    OptimizerSpec spec;
+    if (!OptimizerSpecFromGroup(type, g, &spec).ok()) {
+      s->groups.clear();
+      break;
+    }
+    s->groups.push_back(spec);
+  }
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("grads"), &s->grads));
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("params"), &s->params));
   if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("ref_grads"), &s->ref_grads));
@@ -170,7 +178,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
       for (const auto& st : r.index.at("steps")) {
         ProtocolStep s;
-        DDPCHECK_RETURN_IF_ERROR(LoadStep(r.dir, st, &s));
+        DDPCHECK_RETURN_IF_ERROR(LoadStep(r.dir, out->optimizer_type, st, &s));
         pr.steps.push_back(std::move(s));
       }
     } catch (const nlohmann::json::exception& e) {

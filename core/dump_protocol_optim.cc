@@ -141,7 +141,7 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
       m.message = fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank 0", st.optimizer_steps,
                               rank.rank, r.ranks[0].steps[s].optimizer_steps);
       const int skipper = st.optimizer_steps < r.ranks[0].steps[s].optimizer_steps ? rank.rank : r.ranks[0].rank;
-      f->push_back({m, fmt::format("skip-step@{}", skipper), m.message + ": one rank skipped the step", 6});
+      f->push_back({m, fmt::format("skip-step@{}", skipper), m.message + ": one rank skipped the step", 1});
     }
   }
   for (const auto& rank : r.ranks) {
@@ -159,9 +159,10 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
           const Tensor* after = Get(st.params, name);
           if (!before || !after) continue;
           const Tensor* grad = st.optimizer_steps == 0 ? nullptr : Get(st.grads, name);
-          const std::vector<double> want =
-              r.dtype == DType::kFloat64 ? Stepped<double>(r.groups[gi].spec, lr, *before, grad, prev, name)
-                                         : Stepped<float>(r.groups[gi].spec, lr, *before, grad, prev, name);
+          const OptimizerSpec& spec = gi < st.groups.size() ? st.groups[gi] : r.groups[gi].spec;
+          const std::vector<double> want = r.dtype == DType::kFloat64
+                                               ? Stepped<double>(spec, lr, *before, grad, prev, name)
+                                               : Stepped<float>(spec, lr, *before, grad, prev, name);
           Account(out, Checkpoint::kParams);
           auto m = CompareElementwise({st.step, Checkpoint::kParams, name, rank.rank}, after->data, want,
                                       std::vector<double>(want.size(), 0.0), "the optimizer update (core/optimizer.h)");

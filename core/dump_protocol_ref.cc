@@ -148,16 +148,18 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         return std::all_of(local.begin(), local.end(), [&](const Side& x) { return Near(x.scale, factor, autocast); });
       };
       ProtocolFinding fi{*local[bad[0]].first, "", "", 4};
-      if (all && r.world > 1 && every_near(r.world)) {
-        fi.pattern = "loss-times-world";
-        fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
-                                     "batch = W: the loss was multiplied by the world size (DDP already averages)",
-                                     local[0].scale);
-      } else if (all && micro > 1 && (every_near(static_cast<double>(micro)) || every_near(1.0 / micro))) {
+      // With accumulation (micro > 1) a factor equal to the window is read as the window's (when W equals the
+      // window, the evidence cannot tell the two apart; the accumulation is the one the dump shows).
+      if (all && micro > 1 && (every_near(static_cast<double>(micro)) || every_near(1.0 / micro))) {
         fi.pattern = "grad-accum-normalisation";
         fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: the "
                                      "accumulated micro-batch losses were not divided by the window",
                                      local[0].scale, micro);
+      } else if (all && r.world > 1 && every_near(r.world)) {
+        fi.pattern = "loss-times-world";
+        fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
+                                     "batch = W: the loss was multiplied by the world size (DDP already averages)",
+                                     local[0].scale);
       } else if (!all || std::any_of(local.begin(), local.end(), [&](const Side& x) { return !x.first; })) {
         size_t worst = bad[0];
         for (size_t i : bad) if (std::abs(local[i].scale - 1) > std::abs(local[worst].scale - 1)) worst = i;

@@ -297,7 +297,7 @@ class DdpRecorder:
             for i, row in zip(idx.tolist(), torch.as_tensor(yb)):
                 self.y_rows[i] = row.detach().clone()
         p = "s%d" % s
-        opt_steps, lrs, step_grads, sched_before = self.step_tap.take()
+        opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
         lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
         rec = {"step": s, "indices": self._save(p + ".indices", idx),
                "epoch": int(getattr(self.sampler, "epoch", 0)) if self.sampler is not None else 0,
@@ -306,6 +306,8 @@ class DdpRecorder:
                "scheduler_steps_before": self._sched_total if sched_before is None else sched_before,
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"]}
         self._sched_steps = 0
+        if hyper is not None:
+            rec["groups"] = hyper
         if self._fwd_buffers is not None:
             rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers)
         named = list(self.module.named_parameters())

@@ -18,7 +18,7 @@ from torch import nn
 _DTYPES = (torch.float32, torch.float64)
 
 
-class UnsupportedDtype(TypeError):
+class UnsupportedDtype(ValueError):
     """The model holds a parameter or buffer of a dtype ddpcheck cannot record."""
 
 
@@ -98,6 +98,7 @@ class StepTap:
         self.scheduler_count = scheduler_count
         self.schedulers_before = None  # scheduler.step() calls so far, at the last step
         self.lrs = None  # each group's lr at the last step
+        self.hyper = None  # each group's hyper-parameters at the last step (OneCycleLR cycles momentum/betas)
         self.grads = None  # {id(param): grad clone} at the last step
         original = opt.step
 
@@ -105,6 +106,8 @@ class StepTap:
             self.calls += 1
             self.schedulers_before = scheduler_count()
             self.lrs = [float(g["lr"]) for g in opt.param_groups]
+            self.hyper = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()
+                           if k != "params" and isinstance(v, (int, float, bool, tuple))} for g in opt.param_groups]
             self.grads = {id(p): p.grad.detach().clone() for g in opt.param_groups for p in g["params"]
                           if p.grad is not None}
             return original(*args, **kwargs)
@@ -113,8 +116,8 @@ class StepTap:
         opt.step = types.MethodType(step, opt)
 
     def take(self):
-        out = (self.calls, self.lrs, self.grads, self.schedulers_before)
-        self.calls, self.grads = 0, None
+        out = (self.calls, self.lrs, self.grads, self.schedulers_before, self.hyper)
+        self.calls, self.grads, self.lrs, self.schedulers_before, self.hyper = 0, None, None, None, None
         return out
 
 
