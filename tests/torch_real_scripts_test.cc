@@ -25,7 +25,8 @@ json Manifest() {
 
 std::vector<std::string> Scripts() {
   std::vector<std::string> out;
-  for (const auto& s : Manifest().at("scripts")) out.push_back(s.at("script"));
+  const json manifest = Manifest();  // alive for the loop
+  for (const auto& s : manifest.at("scripts")) out.push_back(s.at("script"));
   return out;
 }
 
@@ -48,7 +49,8 @@ class RealScript : public ::testing::TestWithParam<std::string> {};
 TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) {
   DDPCHECK_REQUIRE_TORCH();
   json entry;
-  for (const auto& s : Manifest().at("scripts")) if (s.at("script") == GetParam()) entry = s;
+  const json manifest = Manifest();
+  for (const auto& s : manifest.at("scripts")) if (s.at("script") == GetParam()) entry = s;
   std::string cases = "none";
   for (const auto& [name, _] : entry.at("mistakes").items()) cases += "," + name;
   for (int world : Worlds()) {
