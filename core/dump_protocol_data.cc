@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "core/buckets.h"
 #include "core/dump_protocol.h"
 #include "core/dump_protocol_util.h"
+#include "core/sampler.h"
 
 namespace ddpcheck::core {
 namespace {
@@ -44,6 +46,44 @@ void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
     }
   }
   if (first) out->checked.push_back("sampler settings (seed, num_replicas, rank) against the world");
+}
+
+// Each step's batch indices lie in DistributedSampler's shard of this rank for the epoch the sampler was at.
+void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  bool checked = false;
+  for (const auto& rank : r.ranks) {
+    if (!rank.sampler || rank.sampler->value("type", std::string()) != "DistributedSampler") continue;
+    const auto& sm = *rank.sampler;
+    if (!sm.contains("len") || !sm.at("len").is_number_integer()) continue;
+    SamplerConfig cfg;
+    cfg.n = sm.at("len").get<int64_t>();
+    cfg.world = static_cast<int>(sm.value("num_replicas", int64_t{r.world}));
+    cfg.shuffle = sm.value("shuffle", false);
+    cfg.seed = sm.value("seed", uint64_t{0});
+    cfg.drop_last = sm.value("drop_last", false);
+    const int own = static_cast<int>(sm.value("rank", int64_t{rank.rank}));
+    for (const auto& s : rank.steps) {
+      if (s.indices.empty()) continue;
+      cfg.epoch = s.epoch;
+      std::vector<int64_t> shard;
+      if (!ShardIndices(cfg, own, &shard).ok()) break;
+      checked = true;
+      Account(out, Checkpoint::kSampler);
+      const std::set<int64_t> in(shard.begin(), shard.end());
+      auto bad = std::find_if(s.indices.begin(), s.indices.end(), [&](int64_t i) { return !in.count(i); });
+      if (bad == s.indices.end()) continue;
+      Mismatch m;
+      m.key = {s.step, Checkpoint::kSampler, "indices", rank.rank};
+      m.kind = "reference-divergent";
+      m.against = "DistributedSampler's shard";
+      m.got = static_cast<double>(*bad);
+      m.message = fmt::format("row {} of step {} is not in DistributedSampler's shard of rank {} for epoch {}", *bad,
+                              s.step, own, s.epoch);
+      f->push_back({m, "", m.message, 0});
+      break;
+    }
+  }
+  if (checked) out->checked.push_back("each batch inside its rank's DistributedSampler shard for the sampler's epoch");
 }
 
 // A rank that stepped with gradients while DDP reduced no bucket in that step.
@@ -183,6 +223,7 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
 
 void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   CheckSampler(r, out, f);
+  CheckShards(r, out, f);
   CheckBypass(r, f);
   CheckBuckets(r, out, f);
   CheckMean(r, out, f);

@@ -352,7 +352,7 @@ class DdpRecorder:
         ix = self.index
         if self.sampler is not None:
             s = self.sampler
-            ix["sampler"] = {"len": len(s.dataset) if hasattr(s, "dataset") else None,
+            ix["sampler"] = {"type": type(s).__name__, "len": len(s.dataset) if hasattr(s, "dataset") else None,
                              "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", 0),
                              "shuffle": bool(getattr(s, "shuffle", False)), "seed": int(getattr(s, "seed", 0)),
                              "drop_last": bool(getattr(s, "drop_last", False)),
