@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """A model written functionally: raw nn.Parameters used through F.linear / F.silu / F.layer_norm in forward(),
-plus an `encode` method that the training loop may call directly; RMSprop with momentum; SmoothL1 loss.
+plus an `encode` method that the training loop may call directly; RMSprop with momentum; SmoothL1 loss; the user's
+own DDP communication hook (torch's allreduce_hook, registered after the recorder, which wraps it).
 
     --mistakes none,bypass-method
   bypass-method   the loop calls model.module.encode(x) + model.module.readout(...) instead of model(x): the
@@ -16,6 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import ddpcheck_torch  # noqa: E402
@@ -46,6 +48,7 @@ def train(rank, world, mistake, out):
     opt = torch.optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.5, alpha=0.9)
     crit = nn.SmoothL1Loss(beta=0.5)
     rec = ddpcheck_torch.DdpRecorder(model, opt, loss_fn=crit, out_dir=out)
+    model.register_comm_hook(None, default_hooks.allreduce_hook)
     data = torch.Generator().manual_seed(500 + rank)
     for step in range(3):
         x, y = torch.randn(8, 6, generator=data), torch.randn(8, 2, generator=data)
