@@ -16,6 +16,10 @@ Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process
                 rec.step(idx, xb, yb, loss)              # after optimizer.step()
             sched.step()
 
+Any nn.Module is recorded for the protocol check (its DDP hooks and the float64 reference live in
+ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is a little over 400
+lines: it is the one module users import, holding the recorder and the replay's description of the run.)
+
 Each rank writes OUT_DIR/rank<r>/index.json plus .npy files. An exception inside the `with` block is recorded
 in the index ("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump.
 """
