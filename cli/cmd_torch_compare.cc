@@ -7,11 +7,15 @@
 #include <fstream>
 #include <iostream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "cli/command.h"
 #include "core/file.h"
 #include "core/diagnose.h"
 #include "core/dump.h"
 #include "core/dump_check.h"
+#include "core/dump_protocol.h"
 #include "core/fault_spec.h"
 #include "core/report.h"
 #include "sim/check.h"
@@ -65,15 +69,24 @@ int Run(const TorchCompareArgs& args) {
     report.against = "its own ranks";
   }
   result.Merge(core::CheckRankInvariants(dump.trace));
+  // The model-agnostic protocol check (any nn.Module; the only verdict of a dump that cannot be replayed).
+  core::ProtocolRecords records;
+  if (core::Status st = core::LoadProtocolRecords(dump, &records); !st.ok()) return Fail("torch-compare", st);
+  const core::ProtocolResult protocol = core::CheckProtocol(records);
+  result.Merge(protocol.result);
   result.Merge(core::CheckEvents(dump.trace));
   report.events = dump.trace.events();
   core::FillSeries(dump.trace, &report);
 
-  if (auto finding = core::FindDumpPattern(dump, replayed ? &ref_trace : nullptr)) {
+  auto finding = core::FindDumpPattern(dump, replayed ? &ref_trace : nullptr);
+  if (protocol.diagnosis && (!finding || protocol.result.first->key.step < finding->mismatch.key.step)) {
+    result.first = protocol.result.first;
+    report.diagnosis = protocol.diagnosis;
+  } else if (finding) {
     result.Add(finding->mismatch);
     result.first = finding->mismatch;  // the pattern's own evidence is the headline
     report.diagnosis = finding->diagnosis;
-  } else if (!result.pass) {
+  } else if (!result.pass && replayed) {  // Diagnose reads the replay's trace
     report.diagnosis = core::Diagnose(dump.scenario, dump.trace, ref_trace, result);
   }
   report.result = std::move(result);
@@ -86,6 +99,9 @@ int Run(const TorchCompareArgs& args) {
                                  (sim_pass ? "PASS" : "FAIL (see ddpcheck run on the scenario)")
                            : "skipped: " + replay_note)
               << "\n";
+    std::cout << "protocol: checked " << fmt::format("{}", fmt::join(protocol.checked, "; ")) << "\n";
+    if (!protocol.skipped.empty()) std::cout << "protocol: not checked: " << fmt::format("{}", fmt::join(protocol.skipped, "; ")) << "\n";
+    if (!protocol.reference.empty()) std::cout << "single-process reference: " << protocol.reference << "\n";
   }
   if (!args.report_json.empty()) {
     nlohmann::json j = core::ReportToJson(report);
@@ -95,7 +111,10 @@ int Run(const TorchCompareArgs& args) {
                           {"replayed", replayed},
                           {"replay_note", replay_note},
                           {"sim_vs_reference_pass", sim_pass},
-                          {"scenario", core::ScenarioToJson(dump.scenario)}};
+                          {"scenario", replayed ? core::ScenarioToJson(dump.scenario) : nlohmann::json()},
+                          {"protocol", {{"checked", protocol.checked},
+                                        {"not_checked", protocol.skipped},
+                                        {"reference", protocol.reference}}}};
     if (report.diagnosis && report.result.first) {
       const auto& k = report.result.first->key;
       j["torch_compare"]["finding"] = {{"pattern", report.diagnosis->pattern},

@@ -296,6 +296,29 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                          r.dir, r.rank, r.steps, longest.rank, longest.steps));
     }
   }
+  // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
+  // sampler): no scenario; core/dump_protocol.h checks it.
+  const auto& replay = out->ranks[0].index.value("replay", nlohmann::json::object());
+  if (replay.is_object() && !replay.value("possible", true)) {
+    for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
+      out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
+    }
+    if (out->replay_unsupported.empty()) out->replay_unsupported = "the recorder marked the run protocol-only";
+    out->scenario.name = "torch dump " + dir;
+    out->scenario.world = out->world;
+    ParseDType(out->ranks[0].index.value("dtype", std::string("float32")), &out->scenario.precision);
+    // What the dump evidence rules (core/dump_check.h) read: the sampler as recorded and the batch size.
+    const auto& ix = out->ranks[0].index;
+    const auto sm = ix.value("sampler", nlohmann::json::object());
+    out->scenario.sampler.shuffle = sm.value("shuffle", false);
+    out->scenario.sampler.seed = sm.value("seed", uint64_t{0});
+    out->scenario.sampler.drop_last = sm.value("drop_last", false);
+    if (ix.contains("batch_size") && ix.at("batch_size").is_number_integer()) {
+      out->scenario.batch_size = ix.at("batch_size").get<int64_t>();
+    }
+    out->scenario.ddp.broadcast_buffers = ix.value("ddp", nlohmann::json::object()).value("broadcast_buffers", true);
+    return Status::Ok();
+  }
   try {
     Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
     if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");

@@ -101,6 +101,12 @@ struct OptimizerSpec {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false, maximize = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Only for OptimizerStep on recorded torch runs (core/dump_protocol.h); scenarios use sgd/adam/adamw.
+  bool amsgrad = false;                        // adam/adamw
+  double alpha = 0.99;                         // rmsprop
+  bool centered = false;                       // rmsprop
+  double rho = 0.9;                            // adadelta
+  double lr_decay = 0.0, initial_accumulator_value = 0.0;  // adagrad
 };
 
 struct SchedulerSpec {
