@@ -121,6 +121,15 @@ std::string FormatTerminal(const RunReport& r) {
     os << fmt::format("{:<16} {:>8} {:>7} {:>12.3g} {:>12.3g} {:>10.0f}\n", name, st.compared, st.failed, st.max_abs,
                       st.max_rel, st.max_ulps);
   }
+  for (int c = 0; c < kNumCheckpoints; ++c) {
+    auto it = r.result.stats.find(CheckpointName(static_cast<Checkpoint>(c)));
+    if (it == r.result.stats.end() || it->second.bounded == 0) continue;
+    const auto& st = it->second;
+    os << fmt::format("bound {:<12} element-wise on {} tensors: largest bound {:.3g}, sensitivity {:.3g} (a tensor "
+                      "moved by a larger relative error is caught){}\n",
+                      it->first, st.bounded, st.max_budget, st.sensitivity,
+                      st.noise ? fmt::format("; {} tensors are rounding noise (|value| within its bound)", st.noise) : "");
+  }
   for (const auto& e : r.events) {
     os << fmt::format("event: step {}, rank {}: {}: {}\n", e.step, e.rank, e.kind, e.message);
   }
@@ -176,7 +185,11 @@ nlohmann::json ReportToJson(const RunReport& r) {
                          {"failed", st.failed},
                          {"max_abs_err", EncodeValue(st.max_abs)},
                          {"max_rel_err", EncodeValue(st.max_rel)},
-                         {"max_ulps", EncodeValue(st.max_ulps)}};
+                         {"max_ulps", EncodeValue(st.max_ulps)},
+                         {"max_budget", EncodeValue(st.max_budget)},
+                         {"sensitivity", EncodeValue(st.sensitivity)},
+                         {"bounded_tensors", st.bounded},
+                         {"noise_tensors", st.noise}};
   }
   j["checkpoints"] = checkpoints;
   nlohmann::json mismatches = nlohmann::json::array();
