@@ -328,7 +328,11 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   int max_rank = -1;
   for (const auto& [key, v] : got.records()) max_rank = std::max(max_rank, key.rank);
   for (const auto& [key, v] : want.records()) {
-    if (key.checkpoint != Checkpoint::kParams) continue;
+    // Optimizer state ("opt.<state>.<param>", a step-local replay's) is checked where the run recorded it.
+    if (key.checkpoint != Checkpoint::kParams || key.tensor.rfind("opt.", 0) == 0) continue;
+    TraceKey shared = key;
+    shared.rank = kAllRanks;
+    if (got.Find(shared)) continue;  // a run that records shared values (the reference under test)
     for (int r = 0; r <= max_rank; ++r) {
       TraceKey k = key;
       k.rank = key.rank == kAllRanks ? r : key.rank;

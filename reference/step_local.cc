@@ -82,11 +82,10 @@ class Replayer {
       const std::string& name = m->param_info(p).name;
       auto& ps = (*st)[static_cast<size_t>(p)];
       if (step == 0) continue;
+      // A state the run did not record (a trace of the sim world) stays the replay's own.
       auto load = [&](const char* state, std::vector<double>* dst) {
         if (const Tensor* t = Recorded(rec_, prev, Checkpoint::kParams, std::string("opt.") + state + "." + name)) {
           *dst = t->data;
-        } else {
-          dst->clear();
         }
       };
       load("momentum_buffer", &ps.momentum_buffer);

@@ -1,6 +1,6 @@
 // Step-local replay: every step of a run under test replayed on the float64 reference from the state the run
 // itself recorded at that step's start (parameters and buffers after the previous step, or the initial state;
-// optimizer state "opt.<state>.<param>" as tools/ddpcheck_torch.py records it; Adam's step count from the
+// optimizer state "opt.<state>.<param>" as tools/ddpcheck_torch.py records it, else the replay's own; Adam's step count from the
 // steps that had a gradient), with running-error bounds (reference/error_bounds.h) for every value. Comparing
 // the run's step s with this replay's step s checks one step's arithmetic only: the budget does not grow
 // with s, and the first divergence is the step where the run went wrong. The recorded state at the start of
