@@ -45,8 +45,11 @@ bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, cons
 // Bounds of one optimizer step of one parameter from an exact state `before` (p, its state) and a gradient g
 // whose error bound is eg: the new parameter's bound in *ep, and the new state's ("momentum_buffer",
 // "exp_avg", "exp_avg_sq") in *estate. Values are recomputed here in double.
+// `before_err` (may be null or lack a state): bounds on the error of the state `before` itself, for a state
+// the run did not record and the replay carried on from its own previous step.
 void OptimizerErrorBounds(const core::OptimizerSpec& spec, double lr, const double* p, const double* g,
                           const std::vector<double>& eg, int64_t n, const core::ParamState<double>& before,
-                          double u, std::vector<double>* ep, std::map<std::string, std::vector<double>>* estate);
+                          const std::map<std::string, std::vector<double>>* before_err, double u,
+                          std::vector<double>* ep, std::map<std::string, std::vector<double>>* estate);
 
 }  // namespace ddpcheck::ref

@@ -12,8 +12,16 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Element k of the named state's error bound, 0 where none is given.
+double Prior(const std::map<std::string, std::vector<double>>* err, const char* state, size_t k) {
+  if (!err) return 0;
+  auto it = err->find(state);
+  return it == err->end() || k >= it->second.size() ? 0.0 : it->second[k];
+}
+
 void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const double* g, const std::vector<double>& eg,
-               int64_t n, const core::ParamState<double>& before, double u, std::vector<double>* ep,
+               int64_t n, const core::ParamState<double>& before,
+               const std::map<std::string, std::vector<double>>* before_err, double u, std::vector<double>* ep,
                std::map<std::string, std::vector<double>>* estate) {
   const bool first = before.momentum_buffer.empty();
   std::vector<double>* ebuf = nullptr;
@@ -37,7 +45,8 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
       } else {
         const double old = before.momentum_buffer[k];
         buf = old * s.momentum + (1 - s.dampening) * d;
-        ebuf_k = (1 - s.dampening) * ed + 3 * u * (std::abs(old) * s.momentum + (1 - s.dampening) * std::abs(d));
+        ebuf_k = s.momentum * Prior(before_err, "momentum_buffer", k) + (1 - s.dampening) * ed +
+                 3 * u * (std::abs(old) * s.momentum + (1 - s.dampening) * std::abs(d));
       }
       (*ebuf)[k] = ebuf_k;
       if (s.nesterov) {
@@ -54,8 +63,9 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
 }
 
 void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const double* p, const double* g,
-                const std::vector<double>& eg, int64_t n, const core::ParamState<double>& before, double u,
-                std::vector<double>* ep, std::map<std::string, std::vector<double>>* estate) {
+                const std::vector<double>& eg, int64_t n, const core::ParamState<double>& before,
+                const std::map<std::string, std::vector<double>>* before_err, double u, std::vector<double>* ep,
+                std::map<std::string, std::vector<double>>* estate) {
   auto& em_out = (*estate)["exp_avg"];
   auto& ev_out = (*estate)["exp_avg_sq"];
   em_out.assign(static_cast<size_t>(n), 0.0);
@@ -80,9 +90,9 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
     const double m0 = fresh ? 0.0 : before.exp_avg[k];
     const double v0 = fresh ? 0.0 : before.exp_avg_sq[k];
     const double m = s.beta1 * m0 + (1 - s.beta1) * grad;
-    const double em = (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
+    const double em = s.beta1 * Prior(before_err, "exp_avg", k) + (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
     const double v = s.beta2 * v0 + (1 - s.beta2) * grad * grad;
-    const double ev = (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
+    const double ev = s.beta2 * Prior(before_err, "exp_avg_sq", k) + (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
                       4 * u * (s.beta2 * std::abs(v0) + (1 - s.beta2) * grad * grad);
     em_out[k] = em;
     ev_out[k] = ev;
@@ -104,12 +114,13 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
 
 void OptimizerErrorBounds(const core::OptimizerSpec& spec, double lr, const double* p, const double* g,
                           const std::vector<double>& eg, int64_t n, const core::ParamState<double>& before,
-                          double u, std::vector<double>* ep, std::map<std::string, std::vector<double>>* estate) {
+                          const std::map<std::string, std::vector<double>>* before_err, double u,
+                          std::vector<double>* ep, std::map<std::string, std::vector<double>>* estate) {
   ep->assign(static_cast<size_t>(n), 0.0);
   if (spec.type == "sgd") {
-    SgdBounds(spec, lr, p, g, eg, n, before, u, ep, estate);
+    SgdBounds(spec, lr, p, g, eg, n, before, before_err, u, ep, estate);
   } else {
-    AdamBounds(spec, spec.type == "adamw", lr, p, g, eg, n, before, u, ep, estate);
+    AdamBounds(spec, spec.type == "adamw", lr, p, g, eg, n, before, before_err, u, ep, estate);
   }
 }
 

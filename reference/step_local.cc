@@ -83,9 +83,11 @@ class Replayer {
       auto& ps = (*st)[static_cast<size_t>(p)];
       if (step == 0) continue;
       // A state the run did not record (a trace of the sim world) stays the replay's own.
+      // Its error bound then carries on too (state_err_); a recorded state is exact.
       auto load = [&](const char* state, std::vector<double>* dst) {
         if (const Tensor* t = Recorded(rec_, prev, Checkpoint::kParams, std::string("opt.") + state + "." + name)) {
           *dst = t->data;
+          state_err_[name].erase(state);
         }
       };
       load("momentum_buffer", &ps.momentum_buffer);
@@ -175,7 +177,9 @@ class Replayer {
       bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
       std::vector<double> ep;
       std::map<std::string, std::vector<double>> estate;
-      OptimizerErrorBounds(s_.optimizer, lr, m.param_data(p), g, e, n, st[pi], u_, &ep, &estate);
+      OptimizerErrorBounds(s_.optimizer, lr, m.param_data(p), g, e, n, st[pi], &state_err_[m.param_info(p).name], u_,
+                           &ep, &estate);
+      state_err_[m.param_info(p).name] = estate;
       bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks}, AsTensor(ep, shape));
       for (const auto& [state, es] : estate) {
         bounds_->Add({step, Checkpoint::kParams, "opt." + state + "." + m.param_info(p).name, core::kAllRanks},
@@ -211,6 +215,8 @@ class Replayer {
   core::Trace* values_ = nullptr;
   double u_;
   std::unique_ptr<StepBounds> sb_;
+  // Per parameter: the error bound of optimizer state the replay carries on from its own previous step.
+  std::map<std::string, std::map<std::string, std::vector<double>>> state_err_;
 };
 
 }  // namespace
