@@ -15,32 +15,32 @@
 namespace ddpcheck {
 namespace {
 
-core::LayerSpec Linear(int64_t in, int64_t out) {
-  core::LayerSpec l;
-  l.type = "linear";
-  l.in_features = in;
-  l.out_features = out;
-  return l;
+// Linear(in, hidden) [-> BatchNorm1d(hidden)] -> ReLU|Tanh -> Linear(hidden, out).
+std::vector<core::LayerSpec> RandomModel(int64_t in, int64_t hidden, int64_t out) {
+  std::vector<core::LayerSpec> layers(2);
+  layers[0].type = layers[1].type = "linear";
+  layers[0].in_features = in;
+  layers[0].out_features = layers[1].in_features = hidden;
+  layers[1].out_features = out;
+  core::LayerSpec act;
+  act.type = *rc::gen::element<std::string>("relu", "tanh");
+  layers.insert(layers.begin() + 1, act);
+  if (*rc::gen::arbitrary<bool>()) {
+    core::LayerSpec bn;
+    bn.type = "batchnorm1d";
+    bn.num_features = hidden;
+    bn.momentum_none = *rc::gen::arbitrary<bool>();
+    layers.insert(layers.begin() + 1, bn);
+  }
+  return layers;
 }
 
 core::Scenario RandomScenario() {
   core::Scenario s;
   s.name = "random-step-local";
   const auto in = *rc::gen::inRange<int64_t>(1, 13);
-  const auto hidden = *rc::gen::inRange<int64_t>(1, 33);
   const auto out = *rc::gen::inRange<int64_t>(2, 6);
-  s.model.push_back(Linear(in, hidden));
-  if (*rc::gen::arbitrary<bool>()) {
-    core::LayerSpec bn;
-    bn.type = "batchnorm1d";
-    bn.num_features = hidden;
-    bn.momentum_none = *rc::gen::arbitrary<bool>();
-    s.model.push_back(bn);
-  }
-  core::LayerSpec act;
-  act.type = *rc::gen::element<std::string>("relu", "tanh");
-  s.model.push_back(act);
-  s.model.push_back(Linear(hidden, out));
+  s.model = RandomModel(in, *rc::gen::inRange<int64_t>(1, 33), out);
   s.loss = *rc::gen::element<std::string>("mse", "cross_entropy");
   s.world = *rc::gen::inRange(1, 5);
   s.batch_size = *rc::gen::inRange<int64_t>(2, 9);
