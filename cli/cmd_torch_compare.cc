@@ -18,6 +18,7 @@
 #include "core/dump_protocol.h"
 #include "core/fault_spec.h"
 #include "core/report.h"
+#include "reference/step_local.h"
 #include "sim/check.h"
 
 namespace ddpcheck::cli {
@@ -61,7 +62,12 @@ int Run(const TorchCompareArgs& args) {
   }
   const core::TolerancePolicy policy = core::DumpPolicy(dump);
   core::CompareResult result;
-  if (replayed) {
+  if (replayed && ref::StepLocalSupported(dump.scenario)) {
+    // The verdict comes from the step-local check; the whole-trajectory replay feeds the patterns and the sim.
+    core::Status st = ref::CheckStepLocal(dump.scenario, dump.trace, policy, &result);
+    if (!st.ok()) return Fail("torch-compare", st.Prefixed("step-local replay"));
+    report.against = "reference replay, step-local";
+  } else if (replayed) {
     result = core::CompareTraces(dump.trace, ref_trace, policy);
     report.against = "reference replay";
   } else {

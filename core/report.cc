@@ -146,7 +146,11 @@ nlohmann::json ReportToJson(const RunReport& r) {
                          {"failed", st.failed},
                          {"max_abs_err", EncodeValue(st.max_abs)},
                          {"max_rel_err", EncodeValue(st.max_rel)},
-                         {"max_ulps", EncodeValue(st.max_ulps)}};
+                         {"max_ulps", EncodeValue(st.max_ulps)},
+                         {"max_budget", EncodeValue(st.max_budget)},
+                         {"sensitivity", EncodeValue(st.sensitivity)},
+                         {"bounded_tensors", st.bounded},
+                         {"noise_tensors", st.noise}};
     if (const auto it = r.checkpoint_summary.find(name); it != r.checkpoint_summary.end()) {
       checkpoints[name]["check"] = it->second.exact ? "exact" : "budget";
       checkpoints[name]["max_scaled_err"] = EncodeValue(it->second.max_scaled_err);

@@ -142,6 +142,15 @@ std::string FormatTerminal(const RunReport& r) {
     os << fmt::format("{:<16} {:>8} {:>7} {:>6} {:>13} {:>13} {:>11}\n", name, it->second.compared, it->second.failed,
                       cells.check, cells.max_abs_err, cells.max_scaled_err, cells.budget_used);
   }
+  for (int c = 0; c < kNumCheckpoints; ++c) {
+    auto it = r.result.stats.find(CheckpointName(static_cast<Checkpoint>(c)));
+    if (it == r.result.stats.end() || it->second.bounded == 0) continue;
+    const auto& st = it->second;
+    os << fmt::format("bound {:<12} element-wise on {} tensors: largest bound {:.3g}, sensitivity {:.3g} (a tensor "
+                      "moved by a larger relative error is caught){}\n",
+                      it->first, st.bounded, st.max_budget, st.sensitivity,
+                      st.noise ? fmt::format("; {} tensors are rounding noise (|value| within its bound)", st.noise) : "");
+  }
   if (const std::string tol = ToleranceSummary(r); !tol.empty()) os << "tolerance: " << tol << "\n";
   os << VerdictLine(r) << "\n";
   return os.str();
