@@ -1,15 +1,18 @@
 // `ddpcheck launch --nproc W -- ddpcheck run ...`: starts this node's ranks as processes, like torchrun: each
-// child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK plus DDPCHECK_RENDEZVOUS and
-// DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one node the default store
-// is a FileStore in a fresh temporary folder (removed afterwards); across nodes pass --rendezvous and --run-id
-// (the same on every node). The exit code is rank 0's (the verdict) when rank 0 runs here, else the first
-// non-zero one; a rank killed by a signal counts as 128 + signal. Once a rank has failed, the others get
-// --kill-after-ms to end on their own (they fail within their collective timeout, naming it), then are killed.
+// child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT and TORCHELASTIC_RUN_ID (so a torch script under `launch` can init_process_group("env://")), plus
+// DDPCHECK_RENDEZVOUS and DDPCHECK_RUN_ID, so `ddpcheck run` takes its one-rank branch (cli/rank_env.h). On one
+// node the default store is a FileStore in a fresh temporary folder, which is also the ranks' TMPDIR (removed
+// afterwards, whatever happens); across nodes pass --rendezvous and --run-id (the same on every node).
+//
+// Faults and exit codes: cli/launch_ranks.h.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
-#include <sys/wait.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +24,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/launch_ranks.h"
+#include "harness/run_id.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -31,32 +36,48 @@ struct LaunchArgs {
   int node_rank = 0;
   std::string rendezvous, run_id;
   int64_t kill_after_ms = 120000;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
   std::vector<std::string> command;
 };
 
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
-
-// Forks and execs `argv` with the rank variables set; "ddpcheck" means this binary.
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  if (argv[0] == "ddpcheck")
-    execv("/proc/self/exe", args.data());
-  else
-    execvp(args[0], args.data());
-  std::cerr << "ddpcheck launch: cannot run " << argv[0] << ": " << std::strerror(errno) << "\n";
-  _exit(127);
+// Forks a janitor that removes `dir` once the launcher is gone, however it ends (even SIGKILL): it waits for
+// EOF on a pipe whose only write end the launcher holds.
+void StartJanitor(const std::string& dir) {
+  int fds[2];
+  if (pipe(fds) != 0) return;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    const int null = open("/dev/null", O_RDWR);
+    for (int fd : {0, 1, 2}) dup2(null, fd);  // never keeps the launcher's output pipes open
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_IGN);
+    char c;
+    while (read(fds[0], &c, 1) != 0 && errno == EINTR) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ranks die with the launcher first
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    _exit(0);
+  }
+  close(fds[0]);
+  if (pid > 0) fcntl(fds[1], F_SETFD, FD_CLOEXEC);  // the ranks must not hold it open
 }
 
-int CodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+// A loopback port free right now, for MASTER_PORT on one node; 29500 (torchrun's default) if none.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
 }
 
 int Run(const LaunchArgs& a) {
@@ -70,72 +91,55 @@ int Run(const LaunchArgs& a) {
     return Fail("launch", core::Status::Invalid("--nnodes > 1 needs --rendezvous (redis://HOST:PORT or "
                                                 "file:///shared/dir) and --run-id, the same on every node"));
   }
-  std::string rendezvous = a.rendezvous, temp_dir;
-  if (rendezvous.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ddpcheck-launch-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) return Fail("launch", core::Status::Io("cannot make a temporary store folder"));
-    temp_dir = tmpl;
-    rendezvous = "file://" + temp_dir;
-  }
+  // One temporary folder for the whole launch, removed however it ends: the ranks' TMPDIR (what a SIGKILLed
+  // rank leaves there goes with it) and, on one node without --rendezvous, the FileStore.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ddpcheck-launch-XXXXXX").string();
+  if (!mkdtemp(tmpl.data()))
+    return Fail("launch", core::Status::Io("cannot make a temporary folder: " + std::string(strerror(errno))));
+  const std::string temp_dir = tmpl;
+  StartJanitor(temp_dir);
+  std::error_code mkdir_ec;
+  std::filesystem::create_directories(temp_dir + "/tmp", mkdir_ec);
+  std::string rendezvous = a.rendezvous;
+  if (rendezvous.empty()) rendezvous = "file://" + temp_dir + "/store";
   std::string run_id = a.run_id;
   if (run_id.empty()) {
     run_id = "launch-" + std::to_string(getpid()) + "-" + std::to_string(std::time(nullptr));
   }
-  const int world = a.nnodes * a.nproc_per_node;
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  std::vector<pid_t> pids;
-  std::vector<int> ranks;
-  for (int local = 0; local < a.nproc_per_node; ++local) {
-    const int rank = a.node_rank * a.nproc_per_node + local;
-    pids.push_back(Spawn(a.command, {{"RANK", std::to_string(rank)},
-                                     {"WORLD_SIZE", std::to_string(world)},
-                                     {"LOCAL_RANK", std::to_string(local)},
-                                     {"LOCAL_WORLD_SIZE", std::to_string(a.nproc_per_node)},
-                                     {"GROUP_RANK", std::to_string(a.node_rank)},
-                                     {"DDPCHECK_RENDEZVOUS", rendezvous},
-                                     {"DDPCHECK_RUN_ID", run_id}}));
-    ranks.push_back(rank);
-  }
-  std::vector<int> codes(pids.size(), -1);
-  size_t running = pids.size();
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  bool killed = false;
-  while (running > 0) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int status = 0;
-      if (codes[i] != -1 || waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
-      codes[i] = CodeOf(status);
-      --running;
-      if (codes[i] != 0) {
-        std::cerr << "ddpcheck launch: rank " << ranks[i] << " exited with code " << codes[i] << "\n";
-        if (deadline == std::chrono::steady_clock::time_point::max()) {
-          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.kill_after_ms);
-        }
-      }
-    }
-    const bool late = std::chrono::steady_clock::now() > deadline;
-    if (running > 0 && (g_signal != 0 || late) && !killed) {
-      killed = true;
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (codes[i] != -1) continue;
-        if (late) std::cerr << "ddpcheck launch: rank " << ranks[i] << " still running; killing it\n";
-        kill(pids[i], g_signal != 0 ? g_signal.load() : SIGKILL);
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!temp_dir.empty()) {
+  if (const core::Status st = harness::ClaimRunId(rendezvous, run_id, a.node_rank); !st.ok()) {
     std::error_code ec;
     std::filesystem::remove_all(temp_dir, ec);
+    return Fail("launch", st);
   }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (ranks[i] == 0 && codes[i] != 0) return codes[i];
+  const int world = a.nnodes * a.nproc_per_node;
+  const int master_port = a.master_port > 0 ? a.master_port : (a.nnodes > 1 ? 29500 : FreePort());
+  InstallSignalForwarding();
+  std::vector<Child> children;
+  for (int local = 0; local < a.nproc_per_node; ++local) {
+    Child c;
+    c.rank = a.node_rank * a.nproc_per_node + local;
+    c.pid = Spawn(a.command, {{"RANK", std::to_string(c.rank)},
+                              {"WORLD_SIZE", std::to_string(world)},
+                              {"LOCAL_RANK", std::to_string(local)},
+                              {"LOCAL_WORLD_SIZE", std::to_string(a.nproc_per_node)},
+                              {"GROUP_RANK", std::to_string(a.node_rank)},
+                              {"GROUP_WORLD_SIZE", std::to_string(a.nnodes)},
+                              {"MASTER_ADDR", a.master_addr},
+                              {"MASTER_PORT", std::to_string(master_port)},
+                              {"TORCHELASTIC_RUN_ID", run_id},
+                              {"TMPDIR", temp_dir + "/tmp"},
+                              {"DDPCHECK_RENDEZVOUS", rendezvous},
+                              {"DDPCHECK_RUN_ID", run_id}});
+    if (c.pid < 0) {
+      std::cerr << "ddpcheck launch: cannot fork rank " << c.rank << ": " << strerror(errno) << "\n";
+      c.code = 127;
+    }
+    children.push_back(c);
   }
-  for (int c : codes) {
-    if (c != 0) return c;
-  }
-  return 0;
+  Supervise(children, std::chrono::milliseconds(a.kill_after_ms));
+  std::error_code ec;
+  std::filesystem::remove_all(temp_dir, ec);
+  return ExitCode(children);
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -158,6 +162,11 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("--kill-after-ms", args->kill_after_ms,
                   "After a rank fails, how long the others may take to end on their own before being killed")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--master-addr", args->master_addr,
+                  "MASTER_ADDR given to the ranks, for torch scripts under launch (default 127.0.0.1)");
+  sub->add_option("--master-port", args->master_port,
+                  "MASTER_PORT given to the ranks (default: a free port on one node, 29500 across nodes)")
+      ->check(CLI::Range(1, 65535));
   sub->add_option("command", args->command, "The command each rank runs, after --")->required();
   return {sub, [args] { return Run(*args); }};
 }

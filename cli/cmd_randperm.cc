@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "core/randperm.h"
+#include "core/scenario.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -24,6 +25,10 @@ Status Run(const Args& a) {
   auto [ptr, ec] = std::from_chars(a.n.data(), end, n);
   if (a.n.empty() || ec != std::errc() || ptr != end || n < 0) {
     return Status::Invalid("--n: '" + a.n + "' is not a non-negative integer (int64)");
+  }
+  if (n > core::kMaxSamples) {
+    return Status::Invalid("--n: must be at most " + std::to_string(core::kMaxSamples) + " (ddpcheck's limit on "
+                           "samples), got " + a.n);
   }
   uint64_t seed = 0;
   bool negative = false;

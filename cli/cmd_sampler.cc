@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "core/sampler.h"
+#include "core/scenario.h"
 
 namespace ddpcheck::cli {
 namespace {
@@ -34,7 +35,10 @@ Status ParseInt(const std::string& flag, const std::string& text, int64_t* out) 
 Status Run(const Args& a) {
   core::SamplerConfig c;
   DDPCHECK_RETURN_IF_ERROR(ParseInt("--len", a.len, &c.n));
-  if (c.n < 0) return Status::Invalid("--len: must be >= 0, got " + a.len);
+  if (c.n < 0 || c.n > core::kMaxSamples) {
+    return Status::Invalid("--len: must be in [0, " + std::to_string(core::kMaxSamples) + "] (ddpcheck's limit on "
+                           "samples), got " + a.len);
+  }
   int64_t world = 0;
   DDPCHECK_RETURN_IF_ERROR(ParseInt("--world", a.world, &world));
   if (world < 1 || world > 1 << 20) {

@@ -11,6 +11,12 @@
 namespace ddpcheck::cli {
 namespace {
 
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
 struct TorchCompareArgs {
   std::string dump;
   std::string comm = "gloo";
@@ -38,6 +44,12 @@ int Run(const TorchCompareArgs& args) {
   } else {
     trailer += "skipped: " + report.replay_note;
   }
+  trailer += "\n";
+  if (report.protocol.ran) {
+    trailer += "protocol: checked " + Join(report.protocol.checked) + "\n";
+    if (!report.protocol.not_checked.empty()) trailer += "protocol: not checked: " + Join(report.protocol.not_checked) + "\n";
+    if (!report.protocol.reference.empty()) trailer += "single-process reference: " + report.protocol.reference + "\n";
+  }
   nlohmann::json extra;
   extra["torch_compare"] = {{"dump", args.dump},
                             {"world", report.world},
@@ -46,7 +58,12 @@ int Run(const TorchCompareArgs& args) {
                             {"replay_note", report.replay_note},
                             {"sim_vs_reference_pass",
                              !report.cross_checks.empty() && report.cross_checks.front().pass}};
-  if (dump_trace.meta.contains("scenario_spec")) extra["torch_compare"]["scenario"] = dump_trace.meta["scenario_spec"];
+  if (report.protocol.ran) {
+    extra["torch_compare"]["protocol"] = {{"checked", report.protocol.checked},
+                                          {"not_checked", report.protocol.not_checked},
+                                          {"reference", report.protocol.reference}};
+  }
+  if (report.replay_note.empty() && dump_trace.meta.contains("scenario_spec")) extra["torch_compare"]["scenario"] = dump_trace.meta["scenario_spec"];
   if (report.diagnosis && report.result.first) {
     const auto& k = report.result.first->key;
     extra["torch_compare"]["finding"] = {{"pattern", report.diagnosis->pattern},
@@ -55,7 +72,7 @@ int Run(const TorchCompareArgs& args) {
                                          {"tensor", k.tensor},
                                          {"rank", k.rank}};
   }
-  return EmitReport("torch-compare", report, args.reports, extra, trailer + "\n");
+  return EmitReport("torch-compare", report, args.reports, extra, trailer);
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/gpu_handover.h"
+#include "cli/usage_hints.h"
 #include "core/version.h"
 #include "core/check.h"
 
@@ -45,9 +46,27 @@ int main(int argc, char** argv) {
   // Register in name order so --help is stable whatever the link order.
   auto registered = cli::RegisteredCommands();
   std::sort(registered.begin(), registered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [name, setup] : registered) commands.push_back(setup(app));
+  std::vector<std::string> names;
+  for (const auto& [name, setup] : registered) {
+    commands.push_back(setup(app));
+    names.push_back(name);
+  }
+  if (argc > 1) {
+    if (const std::string hint = cli::UnknownCommandHint(argv[1], names); !hint.empty()) {
+      std::cerr << "ddpcheck: " << hint << "\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    for (auto& [sub, run] : commands) {
+      if (sub->count() > 0 && !sub->remaining().empty()) {
+        std::cerr << "ddpcheck: " << cli::UnknownOptionHints(*sub, sub->remaining());
+        return 2;
+      }
+    }
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;

@@ -1,8 +1,15 @@
 #include "cli/rank_env.h"
 
+#include "core/scenario.h"
+
 #include <gloo/rendezvous/store.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 
 namespace ddpcheck::cli {
@@ -40,6 +47,22 @@ core::Status ParseInt(const GetEnvFn& getenv_fn, const char* name, int* out) {
 
 const char* RealGetEnv(const char* name) { return std::getenv(name); }
 
+// Ends this rank within a second of its launcher's death (torchrun, srun, a shell script: whatever started
+// it; `ddpcheck launch` also sets PR_SET_PDEATHSIG): the parent changes when the process is re-parented.
+// DDPCHECK_NO_PARENT_WATCH=1 turns it off (a rank deliberately left running by a launcher that exits).
+void WatchLauncher(int rank) {
+  const pid_t parent = getppid();
+  const char* off = std::getenv("DDPCHECK_NO_PARENT_WATCH");
+  if (parent <= 1 || (off && std::string(off) == "1")) return;
+  std::thread([parent, rank] {
+    while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::fprintf(stderr, "ddpcheck run: rank %d: its launcher (process %d) ended; this rank ends too\n", rank,
+                 static_cast<int>(parent));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }).detach();
+}
+
 }  // namespace
 
 core::Status DetectRankEnv(const GetEnvFn& getenv_fn, std::optional<RankEnv>* out) {
@@ -58,6 +81,10 @@ core::Status DetectRankEnv(const GetEnvFn& getenv_fn, std::optional<RankEnv>* ou
     DDPCHECK_RETURN_IF_ERROR(ParseInt(getenv_fn, v.world, &env.world));
     if (!Get(getenv_fn, v.local_rank).empty())
       DDPCHECK_RETURN_IF_ERROR(ParseInt(getenv_fn, v.local_rank, &env.local_rank));
+    if (env.world > core::kMaxWorld) {
+      return core::Status::Invalid(std::string(v.world) + "=" + std::to_string(env.world) + ": ddpcheck runs at most " +
+                                   std::to_string(core::kMaxWorld) + " ranks");
+    }
     if (env.world < 1 || env.rank >= env.world) {
       return core::Status::Invalid(std::string(v.rank) + "=" + std::to_string(env.rank) + " is not a rank of " +
                                    v.world + "=" + std::to_string(env.world));
@@ -133,6 +160,7 @@ core::Status RunCheckAsRank(ScenarioFlags scenario, const RankFlags& flags, harn
                                  "world size " + std::to_string(env->world) + " (" + env->source + ")");
   }
   scenario.world = env->world;
+  WatchLauncher(env->rank);
   core::Scenario s;
   DDPCHECK_RETURN_IF_ERROR(scenario.Resolve(&s));
   // 0: the scenario's ddp.timeout_ms, as RunSim resolves it; the store connection and rank 0's wait for the

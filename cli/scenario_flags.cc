@@ -16,7 +16,23 @@ void ScenarioFlags::Add(CLI::App* app) {
   app->add_flag("--no-faults", no_faults, "Drop the scenario's faults");
 }
 
+namespace {
+
+// A flag's integer against its limit, named as the user typed it: "--batch-size: must be in [1, 16777216], got 0".
+core::Status FlagIn(const char* flag, const std::optional<int64_t>& v, int64_t lo, int64_t hi) {
+  if (!v || (*v >= lo && *v <= hi)) return core::Status::Ok();
+  return core::Status::Invalid(std::string(flag) + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                               "], got " + std::to_string(*v));
+}
+
+}  // namespace
+
 core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
+  // Flags first, before the scenario is loaded, so a bad flag is named as a flag.
+  DDPCHECK_RETURN_IF_ERROR(FlagIn("--world", world ? std::optional<int64_t>(*world) : std::nullopt, 1, core::kMaxWorld));
+  DDPCHECK_RETURN_IF_ERROR(FlagIn("--epochs", epochs, 1, core::kMaxEpochs));
+  DDPCHECK_RETURN_IF_ERROR(FlagIn("--steps", steps, -1, core::kMaxSteps));
+  DDPCHECK_RETURN_IF_ERROR(FlagIn("--batch-size", batch_size, 1, core::kMaxSamples));
   core::Scenario s;
   if (path.empty()) {
     s = core::DefaultScenario();

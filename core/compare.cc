@@ -1,12 +1,16 @@
 #include "core/compare.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace ddpcheck::core {
 
@@ -46,10 +50,12 @@ int64_t OrderedBits(double v, DType dtype) {
 }
 
 
-// Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`.
+// Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`, or, with
+// `elem` (want's numel bounds), beyond kBoundSafety * elem[i] per element.
 template <typename BudgetFn>
 std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, bool exact, BudgetFn budget_for,
-                                      CheckpointStats* stats, double* max_abs_out) {
+                                      CheckpointStats* stats, double* max_abs_out,
+                                      const std::vector<double>* elem = nullptr) {
   Mismatch m;
   if (got.shape != want.shape) {
     m.message = "shape " + ShapeString(got.shape) + " vs " + ShapeString(want.shape);
@@ -59,10 +65,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   }
   double scale = 0;
   for (double w : want.data) scale = std::max(scale, std::abs(w));
-  const double budget = exact ? 0.0 : budget_for(scale);
+  if (elem && static_cast<int64_t>(elem->size()) != want.numel()) elem = nullptr;
+  const double budget = exact || elem ? 0.0 : budget_for(scale);
   const DType dt = IsFloating(want.dtype) ? want.dtype : DType::kFloat64;
   int64_t bad = 0, worst = -1;
-  double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0;
+  double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
+  double max_budget = budget, sensitivity = INFINITY;
   bool same_ratio = true;
   double ratio = std::nan("");
   for (int64_t i = 0; i < want.numel(); ++i) {
@@ -70,7 +78,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
     const bool both_nan = std::isnan(g) && std::isnan(w);
     double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);  // equal infinities (AMP overflow) match
     if (std::isnan(abs_err)) abs_err = INFINITY;
-    const bool ok = exact ? (g == w || both_nan) : abs_err <= budget;  // exact: equal values (+0 == -0)
+    const double b = exact || !elem ? budget : kBoundSafety * (*elem)[static_cast<size_t>(i)];
+    const bool ok = exact ? (g == w || both_nan) : abs_err <= b;  // exact: equal values (+0 == -0)
+    if (elem && !exact) {
+      max_budget = std::max(max_budget, b);
+      if (w != 0 && std::isfinite(w)) sensitivity = std::min(sensitivity, 2 * b / std::abs(w));
+    }
     const double rel = w != 0 ? abs_err / std::abs(w) : (abs_err == 0 ? 0 : INFINITY);
     const double ulps = std::isfinite(g) && std::isfinite(w) ? UlpDistance(g, w, dt) : INFINITY;
     max_abs = std::max(max_abs, abs_err);
@@ -85,8 +98,8 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
     }
     if (!ok) {
       ++bad;
-      const double excess = abs_err - budget;
-      if (excess > worst_excess) { worst_excess = excess; worst = i; }
+      const double excess = abs_err - b;
+      if (excess > worst_excess) { worst_excess = excess; worst = i; worst_budget = b; }
     }
   }
   if (stats) {
@@ -94,6 +107,15 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
     stats->max_abs = std::max(stats->max_abs, max_abs);
     stats->max_rel = std::max(stats->max_rel, std::isfinite(max_rel) ? max_rel : stats->max_rel);
     stats->max_ulps = std::max(stats->max_ulps, std::isfinite(max_ulps) ? max_ulps : stats->max_ulps);
+    stats->max_budget = std::max(stats->max_budget, max_budget);
+    if (elem && !exact) {
+      stats->bounded++;
+      if (sensitivity < 1) {
+        stats->sensitivity = std::max(stats->sensitivity, sensitivity);
+      } else {
+        stats->noise++;  // every element within its bound of 0: cancels to rounding noise
+      }
+    }
   }
   if (max_abs_out) *max_abs_out = max_abs;
   if (bad == 0) return std::nullopt;
@@ -105,7 +127,7 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   m.abs_err = std::isnan(m.got - m.want) ? INFINITY : std::abs(m.got - m.want);
   m.rel_err = m.want != 0 ? m.abs_err / std::abs(m.want) : INFINITY;
   m.ulps = std::isfinite(m.got) && std::isfinite(m.want) ? UlpDistance(m.got, m.want, dt) : INFINITY;
-  m.budget = budget;
+  m.budget = worst_budget;
   m.bad_elements = bad;
   m.elements = want.numel();
   m.ratio = same_ratio && !std::isnan(ratio) && want.numel() > 0 ? ratio : 0.0;
@@ -116,7 +138,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
 
 double UlpDistance(double a, double b, DType dtype) {
   if (a == b) return 0;
-  return std::abs(static_cast<double>(OrderedBits(a, dtype) - OrderedBits(b, dtype)));
+  // |x - y| in unsigned arithmetic: the difference of two int64s needs 64 bits unsigned (-max vs +max would
+  // overflow an int64).
+  const int64_t x = OrderedBits(a, dtype), y = OrderedBits(b, dtype);
+  const uint64_t d = x > y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
+                           : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+  return static_cast<double>(d);
 }
 
 double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
@@ -216,6 +243,10 @@ void CompareResult::Merge(const CompareResult& other) {
     mine.max_abs = std::max(mine.max_abs, st.max_abs);
     mine.max_rel = std::max(mine.max_rel, st.max_rel);
     mine.max_ulps = std::max(mine.max_ulps, st.max_ulps);
+    mine.max_budget = std::max(mine.max_budget, st.max_budget);
+    mine.sensitivity = std::max(mine.sensitivity, st.sensitivity);
+    mine.bounded += st.bounded;
+    mine.noise += st.noise;
   }
   for (const auto& [t, by_step] : other.error_by_tensor) {
     for (const auto& [s, e] : by_step) error_by_tensor[t][s] = std::max(error_by_tensor[t][s], e);
@@ -251,6 +282,11 @@ CompareResult CheckRankInvariants(const Trace& trace) {
 }
 
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy) {
+  return CompareTraces(got, want, policy, Trace());
+}
+
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
+                            int64_t policy_step) {
   CompareResult result;
   result.derivation = policy.Derivation();
   // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
@@ -271,14 +307,21 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
       w = want.Find(all);
     }
     if (!w) continue;
+    const Tensor* bound = bounds.Find(key);
+    if (!bound) {
+      TraceKey all = key;
+      all.rank = kAllRanks;
+      bound = bounds.Find(all);
+    }
+    const int64_t budget_step = policy_step >= 0 ? policy_step : key.step;
     auto& st = result.stats[CheckpointName(key.checkpoint)];
     double max_abs = 0;
     auto m = CompareTensor(
         value, *w, policy.exact || !IsFloating(w->dtype) || IsExactCheckpoint(key.checkpoint),
-        [&](double scale) {
-          return policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
+        [&, &key = key](double scale) {  // clang < 16 cannot capture a structured binding
+          return policy.Budget(key.checkpoint, budget_step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
         },
-        &st, &max_abs);
+        &st, &max_abs, bound ? &bound->data : nullptr);
     if (IsFloating(w->dtype)) {
       auto& e = result.error_by_tensor[CheckpointName(key.checkpoint) + "/" + key.tensor][key.step];
       e = std::max(e, max_abs);
@@ -294,7 +337,11 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   int max_rank = -1;
   for (const auto& [key, v] : got.records()) max_rank = std::max(max_rank, key.rank);
   for (const auto& [key, v] : want.records()) {
-    if (key.checkpoint != Checkpoint::kParams) continue;
+    // Optimizer state ("opt.<state>.<param>", a step-local replay's) is checked where the run recorded it.
+    if (key.checkpoint != Checkpoint::kParams || key.tensor.rfind("opt.", 0) == 0) continue;
+    TraceKey shared = key;
+    shared.rank = kAllRanks;
+    if (got.Find(shared)) continue;  // a run that records shared values (the reference under test)
     for (int r = 0; r <= max_rank; ++r) {
       TraceKey k = key;
       k.rank = key.rank == kAllRanks ? r : key.rank;
@@ -311,13 +358,78 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   return result;
 }
 
+namespace {
+
+// The ranks a timeout message names as stopped: "... rank 1 never arrived ..." or "ranks 1, 3-5 never arrived"
+// (sim/flight_recorder.cc's DescribeStall); empty when it names none.
+std::vector<int> StoppedRanks(const std::string& message) {
+  std::vector<int> ranks;
+  for (size_t at = message.find(" never arrived"); at != std::string::npos;
+       at = message.find(" never arrived", at + 1)) {
+    size_t begin = at;
+    while (begin > 0 && (std::isdigit(static_cast<unsigned char>(message[begin - 1])) ||
+                         message[begin - 1] == ',' || message[begin - 1] == ' ' || message[begin - 1] == '-')) {
+      --begin;
+    }
+    const std::string list = message.substr(begin, at - begin);
+    const std::string before = message.substr(0, begin);
+    const bool named = before.size() >= 4 && (before.compare(before.size() - 4, 4, "rank") == 0 ||
+                                              (before.size() >= 5 && before.compare(before.size() - 5, 5, "ranks") == 0));
+    if (!named) continue;
+    std::istringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+      int lo = -1, hi = -1;
+      if (std::sscanf(item.c_str(), " %d-%d", &lo, &hi) == 2) {
+        for (int r = lo; r <= hi && r - lo < 1 << 16; ++r) ranks.push_back(r);
+      } else if (lo >= 0) {
+        ranks.push_back(lo);
+      }
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+}  // namespace
+
 CompareResult CheckEvents(const Trace& trace) {
   CompareResult result;
+  // A hang is headed by the rank that stopped, not by the rank that noticed: the stopped ranks named by a
+  // timeout's message, else the ranks that recorded values but reported nothing while others timed out.
+  std::set<int> ranks, reporting;
+  for (const auto& [key, v] : trace.records()) {
+    if (key.rank != kAllRanks) ranks.insert(key.rank);
+  }
+  for (const auto& e : trace.events()) reporting.insert(e.rank);
+  std::vector<int> silent;
+  for (int r : ranks) {
+    if (!reporting.count(r)) silent.push_back(r);
+  }
+  auto stopped_for = [&](const TraceEvent& e) {
+    std::vector<int> stopped = e.kind == "timeout" ? StoppedRanks(e.message) : std::vector<int>{};
+    if (e.kind == "timeout" && stopped.empty()) stopped = silent;
+    if (!stopped.empty() && stopped.front() == e.rank) stopped.clear();  // it named itself: keep the observer
+    return stopped;
+  };
+  std::map<int, std::set<int>> waiting;  // stopped rank -> the ranks that timed out waiting for it
+  for (const auto& e : trace.events()) {
+    const std::vector<int> stopped = stopped_for(e);
+    if (!stopped.empty()) waiting[stopped.front()].insert(e.rank);
+  }
   for (const auto& e : trace.events()) {
     Mismatch m;
     m.key = {e.step, e.checkpoint, e.kind, e.rank};
     m.kind = e.kind == "timeout" ? "hang" : "error";
     m.message = e.message;
+    const std::vector<int> stopped = stopped_for(e);
+    if (!stopped.empty()) {
+      const std::set<int>& waited = waiting[stopped.front()];
+      m.key.rank = stopped.front();
+      m.against = fmt::format("{} {} waited for it", waited.size() == 1 ? "rank" : "ranks", fmt::join(waited, ", "));
+      m.message = fmt::format("{} {} stopped: never joined the collective rank {} waited in: {}",
+                              stopped.size() == 1 ? "rank" : "ranks", fmt::join(stopped, ", "), e.rank, e.message);
+    }
     result.Add(m);
   }
   return result;

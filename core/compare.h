@@ -62,6 +62,13 @@ struct CheckpointStats {
   int64_t compared = 0;  // tensors
   int64_t failed = 0;
   double max_abs = 0, max_rel = 0, max_ulps = 0;
+  // The largest absolute budget used, and the sensitivity: over the tensors compared against element-wise
+  // bounds, the largest of each tensor's smallest relative budget, 2 b_i / |want_i| (a whole tensor moved by
+  // a relative error above it is caught), leaving out the `noise` tensors whose every element lies within its
+  // bound of 0 (a gradient that cancels to rounding noise has no relative error to catch). 0 where no
+  // element-wise bound applied.
+  double max_budget = 0, sensitivity = 0;
+  int64_t bounded = 0, noise = 0;  // tensors compared against element-wise bounds; of them, noise
 };
 
 struct CompareResult {
@@ -79,6 +86,14 @@ struct CompareResult {
 
 CompareResult CheckRankInvariants(const Trace& trace);
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy);
+// The same with element-wise bounds (reference/error_bounds.h): where `bounds` holds the key of `want` (same
+// shape), element i of a floating, non-exact value passes when |got_i - want_i| <= kBoundSafety * bound_i;
+// elsewhere `policy` decides, with `policy_step` in place of the key's step when >= 0 (a step-local replay
+// uses 0: one step's arithmetic). Exact checkpoints (sampler, lr, scaler) and integers stay bitwise.
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
+                            int64_t policy_step = -1);
+// The safety factor on element-wise bounds: the analysis is first order in u (docs/tolerance.md).
+inline constexpr double kBoundSafety = 2.0;
 // Events (timeouts, DDP errors) of a run as mismatches.
 CompareResult CheckEvents(const Trace& trace);
 

@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "core/dump_index.h"
+#include "core/finite.h"
+#include "core/json_reader.h"
 #include "core/npy.h"
 #include "core/sampler.h"
 
@@ -17,16 +20,45 @@ namespace {
 namespace fs = std::filesystem;
 
 Status ReadIndex(const std::string& path, nlohmann::json* out) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": not found");
-  try {
-    *out = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Io(path + ": not valid JSON (truncated write?): " + e.what());
-  }
-  if (out->value("format", std::string()) != "ddpcheck-torch-dump") {
+  if (!fs::is_regular_file(path)) return Status::NotFound(path + ": not found");
+  DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, out));
+  if (!out->is_object() || !out->contains("format") || out->at("format") != "ddpcheck-torch-dump") {
     return Status::Invalid(path + ": not a ddpcheck torch dump (\"format\" must be \"ddpcheck-torch-dump\"; "
                                   "write it with tools/ddpcheck_torch.py)");
+  }
+  return Status::Ok();
+}
+
+// The integer at JSON pointer `path` of the index (its type already checked), within [lo, hi].
+Status IndexInt(const nlohmann::json& v, const std::string& path, int64_t lo, int64_t hi, int64_t* out) {
+  DDPCHECK_RETURN_IF_ERROR(ReadInt64(v, path, out));
+  if (*out < lo || *out > hi) return JsonError(path, fmt::format("must be in [{}, {}]", lo, hi), v);
+  return Status::Ok();
+}
+
+// Copies the rows of this rank's dataset file (x, y) that its batches saw into the merged data (s->data): every
+// row index in [0, rows) of both, the widths equal.
+Status MergeRowsSeen(const nlohmann::json& ds, const Tensor& x, const Tensor& y, DataSpec* data) {
+  const auto rows = ds.value("rows_seen", std::vector<int64_t>{});
+  if (rows.empty()) return Status::Ok();
+  if (x.shape.empty() || y.shape.empty() || x.shape != data->x.shape || y.shape != data->y.shape) {
+    return Status::Invalid(fmt::format("/dataset: x {} and y {} must have the shapes of the dataset merged so far, "
+                                       "x {} and y {} (every rank records the same dataset)",
+                                       ShapeString(x.shape), ShapeString(y.shape), ShapeString(data->x.shape),
+                                       ShapeString(data->y.shape)));
+  }
+  const int64_t n = x.shape[0], xw = n ? x.numel() / n : 0, yw = n ? y.numel() / n : 0;
+  if (y.shape[0] != n) {
+    return Status::Invalid(fmt::format("/dataset: x has {} rows but y has {}", n, y.shape[0]));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t row = rows[i];
+    if (row < 0 || row >= n) {
+      return JsonError(JsonPath("/dataset/rows_seen", i), fmt::format("must be a row in [0, {}) of dataset x", n),
+                       nlohmann::json(row));
+    }
+    std::copy_n(x.data.begin() + row * xw, xw, data->x.data.begin() + row * xw);
+    std::copy_n(y.data.begin() + row * yw, yw, data->y.data.begin() + row * yw);
   }
   return Status::Ok();
 }
@@ -138,12 +170,8 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
       s->data.y = y;
       if (ds.value("complete", false)) break;
     }
-    const int64_t xw = x.shape.size() > 1 ? x.shape[1] : 1, yw = y.shape.size() > 1 ? y.shape[1] : 1;
-    for (int64_t row : ds.value("rows_seen", std::vector<int64_t>{})) {
-      if ((row + 1) * xw > s->data.x.numel() || (row + 1) * yw > s->data.y.numel()) continue;
-      std::copy_n(x.data.begin() + row * xw, xw, s->data.x.data.begin() + row * xw);
-      std::copy_n(y.data.begin() + row * yw, yw, s->data.y.data.begin() + row * yw);
-    }
+    Status st = MergeRowsSeen(ds, x, y, &s->data);
+    if (!st.ok()) return st.Prefixed(r.dir + "/index.json");
   }
   if (s->data.x.data.empty()) {
     return Status::Invalid("no dataset: call rec.set_dataset(X, Y) or pass xb, yb to rec.step()");
@@ -159,12 +187,16 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   s->batch_size = 1;  // from the first rank that completed a step (a rank that failed early recorded none)
   for (const auto& r : d.ranks) {
     if (r.index.contains("batch_size") && r.index.at("batch_size").is_number_integer()) {
-      s->batch_size = r.index.at("batch_size").get<int64_t>();
+      Status st = IndexInt(r.index.at("batch_size"), "/batch_size", 1, kMaxSamples, &s->batch_size);
+      if (!st.ok()) return st.Prefixed(r.dir + "/index.json");
       break;
     }
   }
   SamplerConfig cfg;
-  cfg.n = sm.contains("len") && sm.at("len").is_number_integer() ? sm.at("len").get<int64_t>() : s->data.samples;
+  cfg.n = s->data.samples;
+  if (sm.contains("len") && sm.at("len").is_number_integer()) {
+    DDPCHECK_RETURN_IF_ERROR(IndexInt(sm.at("len"), "/sampler/len", 0, kMaxSamples, &cfg.n));
+  }
   cfg.world = d.world;
   cfg.drop_last = s->sampler.drop_last;
   const int64_t per_epoch = std::max<int64_t>(1, (NumSamples(cfg) + s->batch_size - 1) / s->batch_size);
@@ -178,10 +210,11 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
   r->dir = dir + "/rank" + std::to_string(rank);
   const std::string index_path = r->dir + "/index.json";
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(index_path, &r->index));
+  DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(r->index).Prefixed(index_path));
   try {
     const auto& ix = r->index;
-    if (ix.at("rank").get<int>() != rank) {
-      return Status::Invalid(fmt::format("{}: says rank {}, expected {}", index_path, ix.at("rank").get<int>(), rank));
+    if (ix.at("rank") != rank) {
+      return Status::Invalid(fmt::format("{}: /rank: says rank {}, expected {}", index_path, ix.at("rank").dump(), rank));
     }
     if (ix.contains("error")) {
       r->failed = true;
@@ -197,8 +230,11 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
     DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, ix.at("init"), 0, Checkpoint::kInit, "", trace));
     const auto& steps = ix.at("steps");
     r->steps = static_cast<int64_t>(steps.size());
-    for (const auto& st : steps) {
-      const int64_t s = st.at("step");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto& st = steps[i];
+      int64_t s = 0;
+      Status step_ok = IndexInt(st.at("step"), JsonPath(JsonPath("/steps", i), "step"), 0, kMaxSteps, &s);
+      if (!step_ok.ok()) return step_ok.Prefixed(index_path);
       Tensor idx;
       DDPCHECK_RETURN_IF_ERROR(ReadNpy(r->dir + "/" + st.at("indices").get<std::string>(), &idx));
       idx.dtype = DType::kInt64;
@@ -234,8 +270,10 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   if (!fs::is_directory(dir)) return Status::NotFound(dir + ": not found (expected a folder written by DdpRecorder)");
   TorchDumpRank r0;
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(dir + "/rank0/index.json", &r0.index));
-  out->world = r0.index.value("world_size", 0);
-  if (out->world < 1) return Status::Invalid(dir + "/rank0/index.json: /world_size: must be >= 1");
+  int64_t world = 0;
+  DDPCHECK_RETURN_IF_ERROR(IndexInt(r0.index.value("world_size", nlohmann::json()), "/world_size", 1, kMaxWorld, &world)
+                               .Prefixed(dir + "/rank0/index.json"));
+  out->world = static_cast<int>(world);
   for (int r = 0; r < out->world; ++r) {  // every rank's index first: a missing rank is the headline
     if (!fs::exists(dir + "/rank" + std::to_string(r) + "/index.json")) {
       return Status::NotFound(fmt::format("{}/rank{}/index.json: not found: world_size is {} but rank {} left no "
@@ -258,13 +296,44 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                          r.dir, r.rank, r.steps, longest.rank, longest.steps));
     }
   }
+  // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
+  // sampler): no scenario; core/dump_protocol.h checks it.
+  const auto& replay = out->ranks[0].index.value("replay", nlohmann::json::object());
+  if (replay.is_object() && !replay.value("possible", true)) {
+    for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
+      out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
+    }
+    if (out->replay_unsupported.empty()) out->replay_unsupported = "the recorder marked the run protocol-only";
+    out->scenario.name = "torch dump " + dir;
+    out->scenario.world = out->world;
+    ParseDType(out->ranks[0].index.value("dtype", std::string("float32")), &out->scenario.precision);
+    // What the dump evidence rules (core/dump_check.h) read: the sampler as recorded and the batch size.
+    const auto& ix = out->ranks[0].index;
+    const auto sm = ix.value("sampler", nlohmann::json::object());
+    out->scenario.sampler.shuffle = sm.value("shuffle", false);
+    out->scenario.sampler.seed = sm.value("seed", uint64_t{0});
+    out->scenario.sampler.drop_last = sm.value("drop_last", false);
+    if (ix.contains("batch_size") && ix.at("batch_size").is_number_integer()) {
+      out->scenario.batch_size = ix.at("batch_size").get<int64_t>();
+    }
+    out->scenario.ddp.broadcast_buffers = ix.value("ddp", nlohmann::json::object()).value("broadcast_buffers", true);
+    return Status::Ok();
+  }
   try {
     Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
     if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");
   } catch (const nlohmann::json::exception& e) {
     return Status::Invalid(dir + "/rank0/index.json: malformed index: " + e.what());
   }
-  return Status::Ok();
+  // A NaN or inf in what torch recorded is a finding (exit 1), except the gradients of a GradScaler step.
+  std::set<int64_t> overflow_steps;
+  for (const auto& r : out->ranks) {
+    const auto& steps = r.index.at("steps");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].contains("scaler")) overflow_steps.insert(steps[i].at("step").get<int64_t>());
+    }
+  }
+  return CheckFinite(out->trace, dir, overflow_steps);
 }
 
 }  // namespace ddpcheck::core

@@ -7,9 +7,18 @@
 
 namespace ddpcheck::core {
 
-// NotFound when `path` is not a regular file; Io when it cannot be read.
+// The largest file ddpcheck reads (a scenario, a .npy, an index): 1 GiB, above every tensor the scenario
+// limits allow (core/scenario.h), so a path to a huge file is refused before it is read into memory.
+constexpr long long kMaxInputFileBytes = 1LL << 30;
+
+// NotFound when `path` is not a regular file; InvalidArgument when it is larger than kMaxInputFileBytes; Io
+// when it cannot be read.
 Status ReadFileToString(const std::string& path, std::string* out);
-// Creates or truncates `path`; Io when it cannot be written.
+// Creates or truncates `path`; Io when it cannot be written, naming the cause ("disk full writing
+// report.json (...)"); a partly written file is removed.
 Status WriteStringToFile(const std::string& path, const std::string& text);
+// The text of I/O error `err` (an errno) while `doing` ("writing") `path`: "disk full writing report.json
+// (<path>: No space left on device)" for ENOSPC, else "<path>: writing failed: <strerror>".
+std::string IoErrorText(int err, const std::string& doing, const std::string& path);
 
 }  // namespace ddpcheck::core

@@ -1,13 +1,78 @@
 #include "core/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/file.h"
 #include "core/suggest.h"
 
 namespace ddpcheck::core {
 
 using nlohmann::json;
+
+namespace {
+
+// The first place where `text` nests arrays/objects deeper than kMaxJsonDepth, skipping strings and
+// comments; false when it never does. Line and column are 1-based, as nlohmann's syntax errors count them.
+bool FindTooDeep(const std::string& text, size_t* line, size_t* column) {
+  int depth = 0;
+  *line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++*line;
+      line_start = i + 1;
+    } else if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = std::min(text.find('\n', i), text.size()) - 1;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = std::min(text.find("*/", i + 2), text.size()) + 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        *column = i - line_start + 1;
+        return true;
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Status ParseJsonText(const std::string& text, const std::string& name, json* out) {
+  size_t line = 0, column = 0;
+  if (FindTooDeep(text, &line, &column)) {
+    return Status::Invalid(name + ": JSON nested " + std::to_string(kMaxJsonDepth + 1) + " levels deep at line " +
+                           std::to_string(line) + ", column " + std::to_string(column) + "; ddpcheck accepts at most " +
+                           std::to_string(kMaxJsonDepth) + " levels of arrays and objects");
+  }
+  try {
+    *out = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    // parse_error: "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ...";
+    // out_of_range (a number beyond a double, 1e400): "[json.exception.out_of_range.406] number overflow ...".
+    std::string what = e.what();
+    size_t at = what.find("at line ");
+    if (at != std::string::npos) return Status::Invalid(name + ": JSON syntax error at " + what.substr(at + 3));
+    size_t close = what.find("] ");
+    return Status::Invalid(name + ": JSON error: " + (close == std::string::npos ? what : what.substr(close + 2)) +
+                           " (numbers must fit a double)");
+  }
+  return Status::Ok();
+}
+
+Status ReadJsonFile(const std::string& path, json* out) {
+  std::string text;
+  DDPCHECK_RETURN_IF_ERROR(ReadFileToString(path, &text));
+  return ParseJsonText(text, path, out);
+}
 
 std::string JsonPath(const std::string& path, const std::string& key) {
   std::string escaped;

@@ -14,6 +14,18 @@
 
 namespace ddpcheck::core {
 
+// The deepest nesting of arrays and objects accepted in any JSON file ddpcheck reads. A scenario nests about 4
+// levels, an inline tensor adds its rank, a trace or dump index about 5; deeper input is hostile (the
+// recursive printers and readers would exhaust the stack), so it is refused before anything walks it.
+constexpr int kMaxJsonDepth = 64;
+
+// Parses `text` (// and /* */ comments allowed) into *out. Errors are InvalidArgument naming `name`:
+//   "s.json: JSON syntax error at line 3, column 14: ..."
+//   "s.json: JSON nested 65 levels deep at line 1, column 65; ddpcheck accepts at most 64 levels of arrays and objects"
+Status ParseJsonText(const std::string& text, const std::string& name, nlohmann::json* out);
+// ReadFileToString + ParseJsonText.
+Status ReadJsonFile(const std::string& path, nlohmann::json* out);
+
 // `path` + "/" + key with RFC 6901 escaping (~ -> ~0, / -> ~1).
 std::string JsonPath(const std::string& path, const std::string& key);
 std::string JsonPath(const std::string& path, size_t index);

@@ -1,12 +1,19 @@
 #include "core/model_check.h"
 
+#include <fmt/format.h>
+
 #include "core/json_reader.h"
 #include "core/model_spec.h"
+#include "core/scenario.h"
 #include "core/scenario_checks.h"
 
 namespace ddpcheck::core {
 
 namespace {
+
+Status WidthError(const std::string& path, int64_t v) {
+  return ValueError(path, fmt::format("must be in [1, {}] (ddpcheck's limit on a width)", kMaxWidth), v);
+}
 
 Status CheckLayer(const LayerSpec& l, size_t i, int world, int64_t* width, std::string* width_from) {
   const std::string path = JsonPath("/model", i);
@@ -17,13 +24,15 @@ Status CheckLayer(const LayerSpec& l, size_t i, int world, int64_t* width, std::
     return Status::Ok();
   };
   if (l.type == "linear") {
-    if (l.in_features < 1) return ValueError(JsonPath(path, "in"), "must be >= 1", l.in_features);
-    if (l.out_features < 1) return ValueError(JsonPath(path, "out"), "must be >= 1", l.out_features);
+    if (l.in_features < 1 || l.in_features > kMaxWidth) return WidthError(JsonPath(path, "in"), l.in_features);
+    if (l.out_features < 1 || l.out_features > kMaxWidth) return WidthError(JsonPath(path, "out"), l.out_features);
     DDPCHECK_RETURN_IF_ERROR(must_match("in", l.in_features));
     *width = l.out_features;
     *width_from = "the output width of " + path;
   } else if (IsBatchNormType(l.type)) {
-    if (l.num_features < 1) return ValueError(JsonPath(path, "features"), "must be >= 1", l.num_features);
+    if (l.num_features < 1 || l.num_features > kMaxWidth) {
+      return WidthError(JsonPath(path, "features"), l.num_features);
+    }
     DDPCHECK_RETURN_IF_ERROR(must_match("features", l.num_features));
     if (!(l.eps > 0)) return ValueError(JsonPath(path, "eps"), "must be > 0", l.eps);
     if (!l.momentum_none && !(l.momentum >= 0 && l.momentum <= 1)) {

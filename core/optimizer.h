@@ -1,5 +1,7 @@
-// Optimizer steps: torch.optim SGD, Adam and AdamW on one parameter tensor, bit-exact with torch's CPU
-// single-tensor path (foreach=False, torch 1.13; SEMANTICS.md 6.1, 6.2).
+// Optimizer steps: torch.optim SGD, Adam and AdamW (incl. amsgrad), RMSprop (incl. centered, momentum),
+// Adagrad and Adadelta on one parameter tensor, bit-exact with torch's CPU single-tensor path (foreach=False,
+// torch 1.13; SEMANTICS.md 6.1, 6.2). RMSprop, Adagrad, Adadelta and amsgrad are used by the protocol check of
+// recorded torch runs (core/dump_protocol.h); scenarios validate their own optimizer types.
 //
 // Rounding model (checked against Debian's torch 1.13 by tests/golden/optimizer.json, bitwise):
 //  * Python scalars are rounded to T once (alpha, momentum, 1 - dampening, 1 - beta, eps, -step_size);
@@ -28,12 +30,17 @@ struct ParamState {
   std::vector<T> momentum_buffer;
   // Adam/AdamW: empty before the first step, then zeros-initialised and updated; (n) each.
   std::vector<T> exp_avg, exp_avg_sq;
-  // Adam/AdamW state['step']: a float32 tensor in torch 1.13 (so it stops counting at 2^24).
+  std::vector<T> max_exp_avg_sq;  // amsgrad
+  std::vector<T> square_avg, grad_avg;  // RMSprop (grad_avg when centered), Adadelta (square_avg)
+  std::vector<T> acc_delta;  // Adadelta
+  std::vector<T> sum;  // Adagrad: initial_accumulator_value before the first step
+  // Adam/AdamW/RMSprop/Adagrad/Adadelta state['step']: a float32 tensor in torch 1.13 (stops counting at 2^24).
   float step = 0.0f;
 };
 
 // What torch's constructors reject (ValueError): lr < 0, momentum < 0, weight_decay < 0, nesterov without
-// momentum > 0 and dampening == 0, eps < 0, betas outside [0, 1); and an unknown type.
+// momentum > 0 and dampening == 0, eps < 0, betas outside [0, 1), alpha < 0, rho outside [0, 1], lr_decay < 0,
+// initial_accumulator_value < 0; and an unknown type.
 Status ValidateOptimizerSpec(const OptimizerSpec& spec);
 
 // One optimizer.step() for one parameter with a gradient: p (n) is updated in place from g (n) with learning

@@ -1,4 +1,5 @@
 #include "core/plot.h"
+#include "core/svg_pack.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -140,7 +141,7 @@ std::string InlineSvg(const std::string& svg, const std::string& id_prefix) {
     }
     s = ReplaceAll(s, "url(#" + id + ")", "url(#" + id_prefix + id + ")");
   }
-  return s;
+  return PackSvg(s, id_prefix);
 }
 
 Status RunGnuplot(const std::string& script, const std::vector<std::pair<std::string, std::string>>& files,
@@ -182,11 +183,18 @@ Status RunGnuplot(const std::string& script, const std::vector<std::pair<std::st
 Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
   std::string script = Header(plot.width, plot.height, plot.title);
   script += fmt::format("set xlabel {}\nset ylabel {}\n", GnuplotQuote(plot.xlabel), GnuplotQuote(plot.ylabel));
-  script += "set key outside right top vertical Left reverse noautotitle\nset xtics nomirror\nset ytics nomirror\n";
+  // Horizontal grid lines only: the steps are on the x axis already, and each grid line is a path in the SVG.
+  script += "set key outside right top vertical Left reverse noautotitle\nset xtics nomirror\nset ytics nomirror\n"
+            "set grid noxtics ytics\n";
   std::vector<std::pair<std::string, std::string>> files;
   std::vector<std::string> clauses;
   bool any_positive = false, any_point = false;
   double xmin = INFINITY, xmax = -INFINITY;
+  if (plot.mark_x) {
+    script += fmt::format("set arrow 1 from {}, graph 0 to {}, graph 1 nohead lc rgb '#c0392b' lw 1.5 dt 2 front\n"
+                          "set label 1 {} at {}, graph 0.97 left offset 0.5,0 textcolor rgb '#c0392b' front\n",
+                          Num(*plot.mark_x), Num(*plot.mark_x), GnuplotQuote(plot.mark_label), Num(*plot.mark_x));
+  }
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const auto& series = plot.series[i];
     std::string data;
@@ -199,10 +207,19 @@ Status RenderLinePlot(const LinePlot& plot, std::string* svg) {
     }
     const std::string name = fmt::format("s{}.dat", i);
     files.emplace_back(name, data);
-    clauses.push_back(fmt::format("'@DIR@/{}' using 1:2 with linespoints pt 7 ps 0.4 lw 1.5 title {}", name,
-                                  GnuplotQuote(series.title)));
+    const int color = series.color > 0 ? series.color : static_cast<int>(i) + 1;
+    clauses.push_back(fmt::format("'@DIR@/{}' using 1:2 with {} lt {} lw 1.5{} title {}", name,
+                                  plot.points ? "linespoints pt 7 ps 0.4" : "lines", color,
+                                  series.dashed ? " dt 2" : "", GnuplotQuote(series.title)));
   }
-  if (plot.logy && any_positive) script += "set logscale y\nset format y '%.0e'\n";
+  if (plot.hline && xmin <= xmax) {  // drawn as data, so the y range always includes it, below the top border
+    script += "set offsets 0, 0, graph 0.08, 0\n";
+    files.emplace_back("hline.dat", Num(xmin) + " " + Num(*plot.hline) + "\n" + Num(xmax) + " " + Num(*plot.hline) + "\n");
+    clauses.push_back("'@DIR@/hline.dat' using 1:2 with lines lc rgb '#555555' lw 1 dt 3 title " +
+                      GnuplotQuote(plot.hline_label));
+  }
+  // No minor tics: on a log scale gnuplot draws eight per decade, each a path in the SVG.
+  if (plot.logy && any_positive) script += "set logscale y\nset format y '%.0e'\nunset mytics\n";
   if (xmax >= xmin && xmax - xmin <= 20) script += "set xtics 1\n";
   if (!any_point || clauses.empty()) {
     // Nothing to draw on this scale: an empty frame with a note, not a gnuplot error.
@@ -245,7 +262,8 @@ Status RenderHeatmap(const HeatmapPlot& plot, std::string* svg) {
   script += "set grid noxtics noytics\nset ytics 1\nset xtics nomirror out\nset ytics nomirror out\n";
   script += "set key outside right top\n";
   script += "set object 1 rectangle from graph 0,0 to graph 1,1 behind fc rgb '#eeeeee' fs solid noborder\n";
-  script += "set palette defined (0 '#fdd0a2', 1 '#fdae6b', 2 '#e6550d', 3 '#7f2704')\n";
+  // 16 colours: gnuplot draws the colour box as one polygon per colour (a few hundred by default).
+  script += "set palette defined (0 '#fdd0a2', 1 '#fdae6b', 2 '#e6550d', 3 '#7f2704') maxcolors 16\n";
   if (!positive.empty()) {
     if (vmin == vmax) vmin = vmax / 10;
     script += fmt::format("set logscale cb\nset cbrange [{}:{}]\nset format cb '%.0e'\n", Num(vmin), Num(vmax));

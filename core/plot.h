@@ -5,6 +5,7 @@
 // (CLI exit code 2) with a message naming the Debian package (gnuplot-nox).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,13 +17,20 @@ namespace ddpcheck::core {
 struct PlotSeries {
   std::string title;
   std::vector<std::pair<double, double>> points;  // (x, y); NaN y = a gap
+  int color = 0;        // gnuplot line type for the colour (1, 2, ...); 0: the series' position
+  bool dashed = false;  // drawn dashed (a reference beside the backend's solid line)
 };
 
 struct LinePlot {
   std::string title, xlabel, ylabel;
   bool logy = false;  // non-positive y values are left out
+  bool points = true;  // a marker at every point (false: lines only, a smaller SVG)
   int width = 1000, height = 360;
   std::vector<PlotSeries> series;
+  std::optional<double> mark_x;  // a vertical line at this x (the first divergence), labelled mark_label
+  std::string mark_label;
+  std::optional<double> hline;  // a horizontal line at this y (a budget), labelled hline_label
+  std::string hline_label;
 };
 
 // A map of cells (x, y) coloured by value on a log scale; cells with value 0 are drawn white ("exact"), and
@@ -48,7 +56,8 @@ Status RenderHeatmap(const HeatmapPlot& plot, std::string* svg);
 Status RunGnuplot(const std::string& script, const std::vector<std::pair<std::string, std::string>>& files,
                   std::string* svg);
 
-// Makes gnuplot's standalone SVG inline-ready: drops the XML prolog and namespace URLs, prefixes every id.
+// Makes gnuplot's standalone SVG inline-ready: drops the XML prolog, namespace URLs, title/desc and the empty
+// groups gnuplot writes for every style change, collapses whitespace between tags, prefixes every id.
 std::string InlineSvg(const std::string& svg, const std::string& id_prefix);
 
 // A gnuplot single-quoted string literal.

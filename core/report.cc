@@ -26,13 +26,20 @@ nlohmann::json Provenance(const nlohmann::json& extra) {
 
 void FillSeries(const Trace& trace, RunReport* report) {
   for (const auto& [key, value] : trace.records()) {
-    if (key.rank != 0 && key.rank != kAllRanks) continue;
     if (value.data.empty()) continue;
+    const bool loss = key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0;
+    if (loss && key.rank != kAllRanks) report->loss_by_rank[key.rank][key.step] = value.data[0];
+    if (key.rank != 0 && key.rank != kAllRanks) continue;
     if (key.checkpoint == Checkpoint::kLr && key.tensor == "lr") report->lr_by_step[key.step] = value.data[0];
     if (key.checkpoint == Checkpoint::kScaler && key.tensor == "scale") report->scale_by_step[key.step] = value.data[0];
-    if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0) report->loss_by_step[key.step] = value.data[0];
+    if (loss) report->loss_by_step[key.step] = value.data[0];
   }
 }
+
+namespace {
+// x / d for a ratio of non-negative numbers: 0 / 0 = 0, x / 0 = infinity.
+double Ratio(double x, double d) { return d > 0 ? x / d : (x > 0 || std::isnan(x) ? INFINITY : 0.0); }
+}  // namespace
 
 void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolicy& policy, RunReport* report) {
   // The same budget as CompareTraces: it scales with the largest reference magnitude at (step, checkpoint).
@@ -41,6 +48,10 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     double& sc = scale_at[{key.step, key.checkpoint}];
     for (double v : value.data) {
       if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
+    }
+    if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0 && key.rank != kAllRanks &&
+        !value.data.empty()) {
+      report->reference_loss_by_rank[key.rank][key.step] = value.data[0];
     }
   }
   auto& map = report->divergence_map;
@@ -51,87 +62,46 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     const Tensor* w = want.Find(key);
     if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
     if (!w || w->shape != value.shape) continue;
+    const std::string cp = CheckpointName(key.checkpoint);
+    RunReport::CheckpointSummary& summary = report->checkpoint_summary[cp];
+    RunReport::Cell& rank_cell = report->rank_error[cp][key.rank][key.step];
     const bool floating = IsFloating(w->dtype);
     const bool exact = policy.exact || !floating || key.checkpoint == Checkpoint::kSampler ||
                        key.checkpoint == Checkpoint::kLr || key.checkpoint == Checkpoint::kScaler;
     double scale = 0;
     for (double v : w->data) scale = std::max(scale, std::abs(v));
-    const double budget =
-        exact ? 0.0 : policy.Budget(key.checkpoint, key.step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
+    scale = std::max(scale, scale_at[{key.step, key.checkpoint}]);
+    const double budget = exact ? 0.0 : policy.Budget(key.checkpoint, key.step, scale);
+    if (!exact) summary.exact = false;
     for (size_t i = 0; i < w->data.size(); ++i) {
       const double g = value.data[i], v = w->data[i];
       if (std::isnan(g) && std::isnan(v)) continue;
-      double err = std::abs(g - v);
+      double err = g == v ? 0.0 : std::abs(g - v);
       if (std::isnan(err)) err = INFINITY;
-      if (floating) cell.max_abs_err = std::max(cell.max_abs_err, err);
-      if (exact ? g != v : err > budget) cell.failed = true;
+      if (floating) {
+        for (double* m : {&cell.max_abs_err, &rank_cell.max_abs_err, &summary.max_abs_err}) *m = std::max(*m, err);
+      }
+      if (!exact) {
+        const double used = Ratio(err, budget);
+        for (double* m : {&cell.budget_used, &rank_cell.budget_used, &summary.max_budget_used}) {
+          *m = std::max(*m, used);
+        }
+        summary.max_scaled_err = std::max(summary.max_scaled_err, Ratio(err, scale));
+      }
+      if (exact ? g != v : err > budget) cell.failed = rank_cell.failed = true;
     }
   }
   for (const auto& m : report->result.mismatches) {
-    if (m.key.rank != kAllRanks) map[m.key.rank][m.key.step].failed = true;
+    if (m.key.rank == kAllRanks) continue;
+    map[m.key.rank][m.key.step].failed = true;
+    auto cp = report->rank_error.find(CheckpointName(m.key.checkpoint));
+    if (cp != report->rank_error.end()) cp->second[m.key.rank][m.key.step].failed = true;
   }
 }
 
 double BudgetUsed(const Mismatch& m) {
   if (m.budget > 0) return m.abs_err / m.budget;
   return m.abs_err > 0 || std::isnan(m.abs_err) ? INFINITY : 0.0;
-}
-
-std::string DescribeMismatch(const Mismatch& m) {
-  if (!m.message.empty() && m.elements == 0) return m.message;
-  std::string s = fmt::format("{} ({} vs {}): element {}: got {:.17g}, want {:.17g}; abs err {:.3g}, rel err {:.3g}, "
-                              "{:.0f} ulps, budget {:.3g}; {} of {} elements differ",
-                              m.key.ToString(), m.kind, m.against, m.index, m.got, m.want, m.abs_err, m.rel_err,
-                              m.ulps, m.budget, m.bad_elements, m.elements);
-  if (m.ratio != 0.0) s += fmt::format("; every element is {:.6g}x {}", m.ratio, m.against);
-  if (!m.message.empty()) s += "; " + m.message;
-  return s;
-}
-
-std::string VerdictLine(const RunReport& r) {
-  if (r.pass()) {
-    return fmt::format("VERDICT: PASS: {} (W={}, {}) agrees with the {} at every checkpoint of {} steps", r.backend,
-                       r.world, DTypeName(r.precision), r.against, r.steps);
-  }
-  std::string where = r.result.first ? r.result.first->key.ToString() : "unknown";
-  std::string s = fmt::format("VERDICT: FAIL: first divergence at {}", where);
-  if (r.diagnosis) s += fmt::format(" -- matches '{}'", r.diagnosis->pattern);
-  return s;
-}
-
-std::string FormatTerminal(const RunReport& r) {
-  std::ostringstream os;
-  os << fmt::format("ddpcheck {} ({}) | scenario {} | {} vs {} | W={} | {} | {} steps\n",
-                    r.provenance.value("ddpcheck", ""), r.provenance.value("git_commit", ""), r.scenario, r.backend,
-                    r.against, r.world, DTypeName(r.precision), r.steps);
-  if (!r.faults.empty()) {
-    os << "faults injected:";
-    for (const auto& f : r.faults) os << " " << f;
-    os << "\n";
-  }
-  os << fmt::format("{:<16} {:>8} {:>7} {:>12} {:>12} {:>10}\n", "checkpoint", "tensors", "failed", "max abs err",
-                    "max rel err", "max ulps");
-  os << fmt::format("{:<16} {:>8} {:>7} {:>12} {:>12} {:>10}\n", "", "(count)", "(count)", "(value units)", "(ratio)",
-                    "(ulp)");
-  for (int c = 0; c < kNumCheckpoints; ++c) {
-    const std::string name = CheckpointName(static_cast<Checkpoint>(c));
-    auto it = r.result.stats.find(name);
-    if (it == r.result.stats.end()) continue;
-    const auto& st = it->second;
-    os << fmt::format("{:<16} {:>8} {:>7} {:>12.3g} {:>12.3g} {:>10.0f}\n", name, st.compared, st.failed, st.max_abs,
-                      st.max_rel, st.max_ulps);
-  }
-  for (const auto& e : r.events) {
-    os << fmt::format("event: step {}, rank {}: {}: {}\n", e.step, e.rank, e.kind, e.message);
-  }
-  if (r.result.first) os << "first divergence: " << DescribeMismatch(*r.result.first) << "\n";
-  if (r.diagnosis) {
-    os << fmt::format("diagnosis: {} ({}{}): {}\n", r.diagnosis->pattern, r.diagnosis->kind,
-                      r.diagnosis->expected_semantics ? ", DDP's documented semantics" : "", r.diagnosis->explanation);
-  }
-  if (!r.result.derivation.empty()) os << "tolerance: " << r.result.derivation << "\n";
-  os << VerdictLine(r) << "\n";
-  return os.str();
 }
 
 namespace {
@@ -176,7 +146,16 @@ nlohmann::json ReportToJson(const RunReport& r) {
                          {"failed", st.failed},
                          {"max_abs_err", EncodeValue(st.max_abs)},
                          {"max_rel_err", EncodeValue(st.max_rel)},
-                         {"max_ulps", EncodeValue(st.max_ulps)}};
+                         {"max_ulps", EncodeValue(st.max_ulps)},
+                         {"max_budget", EncodeValue(st.max_budget)},
+                         {"sensitivity", EncodeValue(st.sensitivity)},
+                         {"bounded_tensors", st.bounded},
+                         {"noise_tensors", st.noise}};
+    if (const auto it = r.checkpoint_summary.find(name); it != r.checkpoint_summary.end()) {
+      checkpoints[name]["check"] = it->second.exact ? "exact" : "budget";
+      checkpoints[name]["max_scaled_err"] = EncodeValue(it->second.max_scaled_err);
+      checkpoints[name]["max_budget_used"] = EncodeValue(it->second.max_budget_used);
+    }
   }
   j["checkpoints"] = checkpoints;
   nlohmann::json mismatches = nlohmann::json::array();
@@ -201,7 +180,30 @@ nlohmann::json ReportToJson(const RunReport& r) {
   put("lr", r.lr_by_step);
   put("scale", r.scale_by_step);
   put("loss", r.loss_by_step);
+  auto put_ranks = [&](const char* name, const std::map<int, std::map<int64_t, double>>& by_rank) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& [rank, m] : by_rank) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& [s, v] : m) a.push_back({s, EncodeValue(v)});
+      o[std::to_string(rank)] = a;
+    }
+    series[name] = o;
+  };
+  put_ranks("loss_by_rank", r.loss_by_rank);
+  put_ranks("reference_loss_by_rank", r.reference_loss_by_rank);
   j["series"] = series;
+  nlohmann::json rank_error = nlohmann::json::object();
+  for (const auto& [cp, by_rank] : r.rank_error) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const auto& [rank, by_step] : by_rank) {
+      for (const auto& [step, cell] : by_step) {
+        cells.push_back({{"rank", rank}, {"step", step}, {"max_abs_err", EncodeValue(cell.max_abs_err)},
+                         {"budget_used", EncodeValue(cell.budget_used)}, {"failed", cell.failed}});
+      }
+    }
+    rank_error[cp] = cells;
+  }
+  j["rank_error"] = rank_error;
   nlohmann::json errors = nlohmann::json::object();
   for (const auto& [t, by_step] : r.result.error_by_tensor) {
     nlohmann::json a = nlohmann::json::array();
@@ -221,6 +223,11 @@ nlohmann::json ReportToJson(const RunReport& r) {
   for (const auto& c : r.cross_checks) cross.push_back({{"name", c.name}, {"pass", c.pass}, {"first", c.first}});
   j["cross_checks"] = cross;
   j["replay_note"] = r.replay_note;
+  if (r.protocol.ran) {
+    j["protocol"] = {{"checked", r.protocol.checked},
+                     {"not_checked", r.protocol.not_checked},
+                     {"reference", r.protocol.reference}};
+  }
   return j;
 }
 

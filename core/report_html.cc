@@ -8,27 +8,16 @@
 
 #include <fmt/format.h>
 
+#include "core/fault_guide.h"
 #include "core/plot.h"
+#include "core/report_html_charts.h"
 #include "core/report.h"
 
 namespace ddpcheck::core {
 
 namespace {
 
-std::string Esc(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string Esc(const std::string& s) { return HtmlEscape(s); }
 
 constexpr const char* kStyle = R"(
 body { font-family: sans-serif; margin: 24px auto; max-width: 1100px; color: #222; }
@@ -44,47 +33,6 @@ code, pre { font-family: monospace; font-size: 12px; } pre { white-space: pre-wr
 )";
 
 std::string Num(double v, const char* spec = "{:.3g}") { return fmt::format(fmt::runtime(spec), v); }
-
-// error_by_tensor keys are "<checkpoint>/<tensor>": one chart per checkpoint, in checkpoint order.
-std::vector<std::pair<std::string, std::vector<PlotSeries>>> ErrorCharts(const RunReport& r, size_t max_series,
-                                                                         std::vector<std::string>* notes) {
-  std::map<int, std::pair<std::string, std::vector<PlotSeries>>> by_checkpoint;
-  for (const auto& [key, by_step] : r.result.error_by_tensor) {
-    const size_t slash = key.find('/');
-    const std::string cp = key.substr(0, slash);
-    Checkpoint c;
-    const int order = ParseCheckpoint(cp, &c) ? static_cast<int>(c) : kNumCheckpoints;
-    auto& entry = by_checkpoint[order];
-    entry.first = cp;
-    PlotSeries series{slash == std::string::npos ? key : key.substr(slash + 1), {}};
-    for (const auto& [step, err] : by_step) series.points.emplace_back(static_cast<double>(step), err);
-    entry.second.push_back(std::move(series));
-  }
-  std::vector<std::pair<std::string, std::vector<PlotSeries>>> charts;
-  for (auto& [order, entry] : by_checkpoint) {
-    auto& series = entry.second;
-    if (series.size() > max_series) {
-      auto peak = [](const PlotSeries& s) {
-        double m = 0;
-        for (const auto& [x, y] : s.points) m = std::max(m, std::isnan(y) ? INFINITY : y);
-        return m;
-      };
-      std::stable_sort(series.begin(), series.end(),
-                       [&](const PlotSeries& a, const PlotSeries& b) { return peak(a) > peak(b); });
-      notes->push_back(fmt::format("{}: the {} tensors with the largest error of {} are drawn", entry.first,
-                                   max_series, series.size()));
-      series.resize(max_series);
-    }
-    charts.emplace_back(entry.first, std::move(series));
-  }
-  return charts;
-}
-
-PlotSeries Series(const std::string& title, const std::map<int64_t, double>& m) {
-  PlotSeries s{title, {}};
-  for (const auto& [step, v] : m) s.points.emplace_back(static_cast<double>(step), v);
-  return s;
-}
 
 }  // namespace
 
@@ -110,28 +58,28 @@ Status ReportToHtml(const RunReport& r, std::string* html) {
   os << "</table>\n";
 
   os << "<h2>Checkpoints</h2>\n<table id=\"checkpoints\">\n";
-  os << "<tr><th>checkpoint</th><th>tensors</th><th>failed</th><th>max abs err</th><th>max rel err</th>"
-        "<th>max ulps</th></tr>\n";
-  os << "<tr class=\"units\"><td></td><td>(count)</td><td>(count)</td><td>(value units)</td><td>(ratio)</td>"
-        "<td>(ulp)</td></tr>\n";
+  os << "<tr><th>checkpoint</th><th>tensors</th><th>failed</th><th>check</th><th>max abs err</th>"
+        "<th>max err/scale</th><th>budget used</th></tr>\n";
+  os << "<tr class=\"units\"><td></td><td>(count)</td><td>(count)</td><td></td><td>(value units)</td><td>(ratio)</td>"
+        "<td>(ratio)</td></tr>\n";
   for (int c = 0; c < kNumCheckpoints; ++c) {
     const std::string name = CheckpointName(static_cast<Checkpoint>(c));
     auto it = r.result.stats.find(name);
     if (it == r.result.stats.end()) continue;
     const auto& st = it->second;
+    const CheckpointCells cells = FormatCheckpointCells(r, name, st);
     os << fmt::format(
-        "<tr{}><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<tr{}><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td>"
         "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-        st.failed ? " class=\"bad\"" : "", name, st.compared, st.failed, Num(st.max_abs), Num(st.max_rel),
-        Num(st.max_ulps, "{:.0f}"));
+        st.failed ? " class=\"bad\"" : "", name, st.compared, st.failed, cells.check, cells.max_abs_err,
+        cells.max_scaled_err, cells.budget_used);
   }
   os << "</table>\n";
 
   if (r.result.first) {
     const Mismatch& m = *r.result.first;
     os << "<h2>First divergence</h2>\n";
-    os << "<p><code>" << Esc(m.key.ToString()) << "</code> (" << Esc(m.kind) << " vs " << Esc(m.against)
-       << ")</p>\n";
+    os << "<p id=\"first-divergence\"><code>" << Esc(MismatchHeadline(m)) << "</code></p>\n";
     if (m.elements > 0) {
       os << "<table id=\"evidence\">\n<tr><th>element</th><th>got</th><th>want</th><th>abs err</th><th>rel err</th>"
             "<th>ulps</th><th>budget</th><th>budget used</th><th>elements differing</th></tr>\n";
@@ -151,6 +99,11 @@ Status ReportToHtml(const RunReport& r, std::string* html) {
     os << "<h2>Diagnosis</h2>\n<p id=\"diagnosis\"><b>" << Esc(r.diagnosis->pattern) << "</b> ("
        << Esc(r.diagnosis->kind) << (r.diagnosis->expected_semantics ? ", DDP's documented semantics" : "")
        << "): " << Esc(r.diagnosis->explanation) << "</p>\n";
+    if (const FaultGuide* g = FindFaultGuide(r.diagnosis->pattern)) {
+      os << "<p id=\"how-to-fix\"><b>How to fix:</b> " << Esc(g->fix) << " (docs/bugs.md, <code>ddpcheck faults "
+         << Esc(g->name) << "</code>)</p>\n<pre># before\n" << Esc(g->before) << "\n# after\n" << Esc(g->after)
+         << "</pre>\n";
+    }
   }
   if (!r.events.empty()) {
     os << "<h2>Events</h2>\n<table>\n<tr><th>step</th><th>rank</th><th>kind</th><th>message</th></tr>\n";
@@ -182,62 +135,8 @@ Status ReportToHtml(const RunReport& r, std::string* html) {
     os << svg << "\n</div>\n";
   }
 
-  os << "<h2>Error vs step, per tensor</h2>\n";
-  std::vector<std::string> notes;
-  const auto charts = ErrorCharts(r, 12, &notes);
-  if (charts.empty()) os << "<p class=\"note\">No floating values were compared with the reference.</p>\n";
-  for (const auto& [checkpoint, series] : charts) {
-    bool any_error = false;
-    for (const auto& sr : series) {
-      for (const auto& [x, y] : sr.points) any_error = any_error || !(y == 0);
-    }
-    if (!any_error) {
-      os << "<p class=\"note\" id=\"plot-error-" << Esc(checkpoint) << "\">" << Esc(checkpoint)
-         << ": every floating value equals the reference (error 0 at every step).</p>\n";
-      continue;
-    }
-    LinePlot plot;
-    plot.title = "max |got - reference| at checkpoint '" + checkpoint + "' (over ranks)";
-    plot.xlabel = "step";
-    plot.ylabel = "max abs err (value units)";
-    plot.logy = true;
-    plot.series = series;
-    std::string svg;
-    DDPCHECK_RETURN_IF_ERROR(RenderLinePlot(plot, &svg));
-    os << "<div class=\"plot\" id=\"plot-error-" << Esc(checkpoint) << "\">\n" << svg << "\n</div>\n";
-  }
-  for (const auto& n : notes) os << "<p class=\"note\">" << Esc(n) << "</p>\n";
-
-  os << "<h2>Training series (rank 0)</h2>\n";
-  struct SeriesChart {
-    const char* id;
-    const char* title;
-    const char* ylabel;
-    const std::map<int64_t, double>* data;
-    bool logy;
-  };
-  const SeriesChart series_charts[] = {
-      {"lr", "learning rate in effect at each optimizer step", "lr", &r.lr_by_step, false},
-      {"scale", "GradScaler loss scale after update()", "scale (log)", &r.scale_by_step, true},
-      {"loss", "loss (rank 0, backend)", "loss", &r.loss_by_step, false},
-  };
-  for (const auto& c : series_charts) {
-    if (c.data->empty()) {
-      os << "<p class=\"note\">" << c.id << ": not recorded in this scenario"
-         << (std::string(c.id) == "scale" ? " (no AMP GradScaler)" : "") << ".</p>\n";
-      continue;
-    }
-    LinePlot plot;
-    plot.title = c.title;
-    plot.xlabel = "step";
-    plot.ylabel = c.ylabel;
-    plot.logy = c.logy;
-    plot.height = 300;
-    plot.series = {Series(c.id, *c.data)};
-    std::string svg;
-    DDPCHECK_RETURN_IF_ERROR(RenderLinePlot(plot, &svg));
-    os << "<div class=\"plot\" id=\"plot-" << c.id << "\">\n" << svg << "\n</div>\n";
-  }
+  DDPCHECK_RETURN_IF_ERROR(WriteErrorCharts(r, os));
+  DDPCHECK_RETURN_IF_ERROR(WriteTrainingCharts(r, os));
 
   if (!r.result.mismatches.empty()) {
     constexpr size_t kShown = 50;

@@ -103,6 +103,7 @@ std::string ReportToJUnit(const RunReport& r) {
     std::string body;
     for (const Mismatch* m : c.failures) body += DescribeMismatch(*m) + "\n";
     if (r.diagnosis) body += "diagnosis: " + r.diagnosis->pattern + ": " + r.diagnosis->explanation + "\n";
+    if (const std::string fix = HowToFix(r); !fix.empty()) body += "how to fix: " + fix + "\n";
     if (c.failures.empty()) body += c.fallback + "\n";
     os << fmt::format("      <failure message=\"{}\" type=\"{}\">{}</failure>\n", Xml(headline), Xml(type), Xml(body));
     os << "    </testcase>\n";

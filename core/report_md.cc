@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/fault_guide.h"
 #include "core/report.h"
 
 namespace ddpcheck::core {
@@ -46,24 +47,25 @@ std::string ReportToMarkdown(const RunReport& r) {
   }
   os << "\n";
 
-  os << "| checkpoint | tensors | failed | max abs err | max rel err | max ulps |\n";
-  os << "|---|---:|---:|---:|---:|---:|\n";
-  os << "| | (count) | (count) | (value units) | (ratio) | (ulp) |\n";
+  os << "| checkpoint | tensors | failed | check | max abs err | max err/scale | budget used |\n";
+  os << "|---|---:|---:|---|---:|---:|---:|\n";
+  os << "| | (count) | (count) | | (value units) | (ratio) | (ratio) |\n";
   for (int c = 0; c < kNumCheckpoints; ++c) {
     const std::string name = CheckpointName(static_cast<Checkpoint>(c));
     auto it = r.result.stats.find(name);
     if (it == r.result.stats.end()) continue;
     const auto& st = it->second;
-    os << fmt::format("| {}{}{} | {} | {} | {:.3g} | {:.3g} | {:.0f} |\n", st.failed ? "**" : "", name,
-                      st.failed ? "**" : "", st.compared, st.failed, st.max_abs, st.max_rel, st.max_ulps);
+    const CheckpointCells cells = FormatCheckpointCells(r, name, st);
+    os << fmt::format("| {}{}{} | {} | {} | {} | {} | {} | {} |\n", st.failed ? "**" : "", name, st.failed ? "**" : "",
+                      st.compared, st.failed, cells.check, cells.max_abs_err, cells.max_scaled_err, cells.budget_used);
   }
-  if (r.result.stats.empty()) os << "| (none compared) | | | | | |\n";
+  if (r.result.stats.empty()) os << "| (none compared) | | | | | | |\n";
   os << "\n";
 
   if (r.result.first) {
     const Mismatch& m = *r.result.first;
     os << "#### First divergence\n\n";
-    os << "`" << Cell(m.key.ToString()) << "` (" << Cell(m.kind) << " vs " << Cell(m.against) << ")\n\n";
+    os << "`" << Cell(MismatchHeadline(m)) << "`\n\n";
     if (m.elements > 0) {
       os << "| element | got | want | abs err | rel err | ulps | budget | budget used | elements differing |\n";
       os << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -87,6 +89,10 @@ std::string ReportToMarkdown(const RunReport& r) {
     os << fmt::format("**{}** ({}{}): {}\n\n", Cell(r.diagnosis->pattern), Cell(r.diagnosis->kind),
                       r.diagnosis->expected_semantics ? ", DDP's documented semantics" : "",
                       Cell(r.diagnosis->explanation));
+    if (const FaultGuide* g = FindFaultGuide(r.diagnosis->pattern)) {
+      os << "**How to fix:** " << Cell(g->fix) << " (docs/bugs.md, `ddpcheck faults " << g->name << "`)\n\n";
+      os << "```python\n# before\n" << g->before << "\n# after\n" << g->after << "\n```\n\n";
+    }
   }
   if (!r.result.derivation.empty()) {
     os << "<details><summary>Tolerance derivation</summary>\n\n" << r.result.derivation << "\n\n</details>\n\n";

@@ -79,18 +79,8 @@ Status ParseScenario(const json& j, const std::string& source, const std::string
 }
 
 Status LoadScenario(const std::string& path, Scenario* out) {
-  std::string text;
-  DDPCHECK_RETURN_IF_ERROR(ReadFileToString(path, &text));
   json j;
-  try {
-    j = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ..."
-    std::string what = e.what();
-    size_t at = what.find("at line ");
-    std::string detail = at == std::string::npos ? what : what.substr(at + 3);
-    return Status::Invalid(path + ": JSON syntax error at " + detail);
-  }
+  DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, &j));
   std::string base = std::filesystem::path(path).parent_path().string();
   return ParseScenario(j, path, base.empty() ? "." : base, out);
 }

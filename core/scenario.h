@@ -14,6 +14,20 @@
 
 namespace ddpcheck::core {
 
+// Limits on every size and count a scenario (file or flags) can ask for, checked by ValidateScenario before
+// anything is allocated (docs/scenario.md#limits). Within them a CPU run holds at most a few hundred MiB;
+// beyond them the input is refused as bad input (exit 2), never attempted.
+constexpr int kMaxWorld = 4096;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;           // a layer's in / out / features, data widths
+constexpr int64_t kMaxModelElements = int64_t{1} << 24;   // parameters + buffers of one replica (128 MiB fp64)
+constexpr int64_t kMaxWorldElements = int64_t{1} << 26;   // world x model elements (every replica in one process)
+constexpr int64_t kMaxSamples = int64_t{1} << 24;         // data samples, and batch_size
+constexpr int64_t kMaxDataElements = int64_t{1} << 25;    // samples x (in_features + out_features)
+constexpr int64_t kMaxEpochs = int64_t{1} << 20;          // epochs
+constexpr int64_t kMaxSteps = int64_t{1} << 30;           // steps, no_sync_steps, fault steps, scheduler epochs
+constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;  // a week
+constexpr double kMaxBucketCapMb = 1 << 20;               // 1 TiB: every model fits one bucket long before
+
 // One layer of a Sequential model. Parameters are registered in torch's order and named "<index>.<name>"
 // ("0.weight", "0.bias", "1.running_mean", ...), index = position in the layer list.
 struct LayerSpec {
@@ -87,6 +101,12 @@ struct OptimizerSpec {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false, maximize = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Only for OptimizerStep on recorded torch runs (core/dump_protocol.h); scenarios use sgd/adam/adamw.
+  bool amsgrad = false;                        // adam/adamw
+  double alpha = 0.99;                         // rmsprop
+  bool centered = false;                       // rmsprop
+  double rho = 0.9;                            // adadelta
+  double lr_decay = 0.0, initial_accumulator_value = 0.0;  // adagrad
 };
 
 struct SchedulerSpec {

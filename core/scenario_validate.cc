@@ -53,11 +53,14 @@ Status CheckScheduler(const SchedulerSpec& s, const std::string& path) {
     return Status::Invalid(JsonPath(path, "type") + ": must be step, multistep, exponential, cosine or linear, got '" +
                            s.type + "'");
   }
-  if (s.type == "step" && s.step_size < 1) return ValueError(JsonPath(path, "step_size"), "must be >= 1", s.step_size);
+  if (s.type == "step" && (s.step_size < 1 || s.step_size > kMaxSteps)) {
+    return ValueError(JsonPath(path, "step_size"), fmt::format("must be in [1, {}]", kMaxSteps), s.step_size);
+  }
   if (s.type == "multistep") {
     for (size_t i = 0; i < s.milestones.size(); ++i) {
-      if (s.milestones[i] < 0) {
-        return ValueError(JsonPath(JsonPath(path, "milestones"), i), "must be an epoch >= 0", s.milestones[i]);
+      if (s.milestones[i] < 0 || s.milestones[i] > kMaxSteps) {
+        return ValueError(JsonPath(JsonPath(path, "milestones"), i), fmt::format("must be an epoch in [0, {}]", kMaxSteps),
+                          s.milestones[i]);
       }
     }
   }
@@ -65,7 +68,9 @@ Status CheckScheduler(const SchedulerSpec& s, const std::string& path) {
     return ValueError(JsonPath(path, "gamma"), "must be >= 0", s.gamma);
   }
   if (s.type == "cosine") {
-    if (s.t_max < 1) return ValueError(JsonPath(path, "t_max"), "must be >= 1", s.t_max);
+    if (s.t_max < 1 || s.t_max > kMaxSteps) {
+      return ValueError(JsonPath(path, "t_max"), fmt::format("must be in [1, {}]", kMaxSteps), s.t_max);
+    }
     if (!(s.eta_min >= 0)) return ValueError(JsonPath(path, "eta_min"), "must be >= 0", s.eta_min);
   }
   if (s.type == "linear") {
@@ -76,7 +81,9 @@ Status CheckScheduler(const SchedulerSpec& s, const std::string& path) {
     if (!(s.end_factor >= 0 && s.end_factor <= 1)) {
       return ValueError(JsonPath(path, "end_factor"), "must be in [0, 1]", s.end_factor);
     }
-    if (s.total_iters < 1) return ValueError(JsonPath(path, "total_iters"), "must be >= 1", s.total_iters);
+    if (s.total_iters < 1 || s.total_iters > kMaxSteps) {
+      return ValueError(JsonPath(path, "total_iters"), fmt::format("must be in [1, {}]", kMaxSteps), s.total_iters);
+    }
   }
   return Status::Ok();
 }
@@ -91,7 +98,9 @@ Status CheckAmp(const Scenario& s) {
   if (!(a.backoff_factor > 0 && a.backoff_factor < 1)) {
     return ValueError("/amp/backoff_factor", "must be in (0, 1)", a.backoff_factor);
   }
-  if (a.growth_interval < 1) return ValueError("/amp/growth_interval", "must be >= 1", a.growth_interval);
+  if (a.growth_interval < 1 || a.growth_interval > kMaxSteps) {
+    return ValueError("/amp/growth_interval", fmt::format("must be in [1, {}]", kMaxSteps), a.growth_interval);
+  }
   if (!(a.clip_grad_norm >= 0)) return ValueError("/amp/clip_grad_norm", "must be >= 0 (0: no clipping)", a.clip_grad_norm);
   if (a.enabled && s.precision != DType::kFloat32) {
     return Status::Invalid("/amp/enabled: AMP keeps fp32 master weights and needs \"precision\": \"fp32\", got " +
@@ -111,7 +120,9 @@ Status CheckFaults(const Scenario& s) {
       return ValueError(path + "/rank", "must be < world (" + std::to_string(s.world) + ")", int64_t{f.rank});
     }
     if (f.rank < -1) return ValueError(path + "/rank", "must be >= 0", int64_t{f.rank});
-    if (f.step < -1) return ValueError(path + "/step", "must be >= 0", f.step);
+    if (f.step < -1 || f.step > kMaxSteps) {
+      return ValueError(path + "/step", fmt::format("must be in [0, {}] (or -1: from the start)", kMaxSteps), f.step);
+    }
   }
   return Status::Ok();
 }
@@ -146,10 +157,14 @@ Status CheckUnevenSplit(const Scenario& s) {
 }  // namespace
 
 Status CheckTraining(const Scenario& s) {
-  if (s.world < 1 || s.world > 4096) return ValueError("/world", "must be in [1, 4096]", int64_t{s.world});
-  if (s.batch_size < 1) return ValueError("/batch_size", "must be >= 1", s.batch_size);
-  if (s.epochs < 1) return ValueError("/epochs", "must be >= 1", s.epochs);
-  if (s.steps < -1) return ValueError("/steps", "must be >= 0 (or -1: every step of every epoch)", s.steps);
+  if (s.world < 1 || s.world > kMaxWorld) return ValueError("/world", fmt::format("must be in [1, {}]", kMaxWorld), int64_t{s.world});
+  if (s.batch_size < 1 || s.batch_size > kMaxSamples) {
+    return ValueError("/batch_size", fmt::format("must be in [1, {}]", kMaxSamples), s.batch_size);
+  }
+  if (s.epochs < 1 || s.epochs > kMaxEpochs) return ValueError("/epochs", fmt::format("must be in [1, {}]", kMaxEpochs), s.epochs);
+  if (s.steps < -1 || s.steps > kMaxSteps) {
+    return ValueError("/steps", fmt::format("must be in [0, {}] (or -1: every step of every epoch)", kMaxSteps), s.steps);
+  }
   if (s.loss != "mse" && s.loss != "cross_entropy") {
     return Status::Invalid("/loss: must be mse or cross_entropy, got '" + s.loss + "'");
   }
@@ -157,10 +172,17 @@ Status CheckTraining(const Scenario& s) {
     return Status::Invalid("/precision: must be fp64 or fp32, got " + DTypeName(s.precision));
   }
   const DdpSpec& d = s.ddp;
-  if (!(d.bucket_cap_mb > 0)) return ValueError("/ddp/bucket_cap_mb", "must be > 0", d.bucket_cap_mb);
+  if (!(d.bucket_cap_mb > 0 && d.bucket_cap_mb <= kMaxBucketCapMb)) {
+    return ValueError("/ddp/bucket_cap_mb", fmt::format("must be in (0, {}]", kMaxBucketCapMb), d.bucket_cap_mb);
+  }
   if (d.first_bucket_bytes < 1) return ValueError("/ddp/first_bucket_bytes", "must be >= 1", d.first_bucket_bytes);
-  if (d.timeout_ms < 1) return ValueError("/ddp/timeout_ms", "must be >= 1", d.timeout_ms);
-  if (d.no_sync_steps < 1) return ValueError("/ddp/no_sync_steps", "must be >= 1 (1: no accumulation)", d.no_sync_steps);
+  if (d.timeout_ms < 1 || d.timeout_ms > kMaxTimeoutMs) {
+    return ValueError("/ddp/timeout_ms", fmt::format("must be in [1, {}] (a week)", kMaxTimeoutMs), d.timeout_ms);
+  }
+  if (d.no_sync_steps < 1 || d.no_sync_steps > kMaxSteps) {
+    return ValueError("/ddp/no_sync_steps", fmt::format("must be in [1, {}] (1: no accumulation)", kMaxSteps),
+                      d.no_sync_steps);
+  }
   if (s.optimizer.type != "sgd" && s.optimizer.type != "adam" && s.optimizer.type != "adamw") {
     return Status::Invalid("/optimizer/type: must be sgd, adam or adamw, got '" + s.optimizer.type + "'");
   }

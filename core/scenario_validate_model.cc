@@ -2,6 +2,8 @@
 #include <cmath>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "core/json_reader.h"
 #include "core/model_check.h"
 #include "core/model_spec.h"
@@ -21,12 +23,48 @@ std::string DataPath(const DataSpec& d, const std::string& key) {
   return "/data/" + key + (d.kind == "npy" ? " (" + file + ")" : "");
 }
 
+Status WidthError(const std::string& path, int64_t v) {
+  return ValueError(path, fmt::format("must be in [1, {}] (ddpcheck's limit on a width)", kMaxWidth), v);
+}
+
+// Parameters + buffers of one replica, and of the whole world, against kMaxModelElements / kMaxWorldElements.
+// Widths are already within kMaxWidth, so every product fits an int64.
+Status CheckModelSize(const Scenario& s) {
+  int64_t elements = 0;
+  for (const auto& p : ModelParameters(s.model)) elements += NumelOf(p.shape);
+  for (const auto& b : ModelBuffers(s.model)) elements += NumelOf(b.shape);
+  if (elements > kMaxModelElements) {
+    return ValueError("/model", fmt::format("must hold at most {} parameter and buffer elements (ddpcheck's limit)",
+                                            kMaxModelElements), elements);
+  }
+  if (elements * s.world > kMaxWorldElements) {
+    return Status::Invalid(fmt::format("/world: {} ranks x {} model elements = {} replica elements in one process; "
+                                       "ddpcheck's limit is {}: use fewer ranks or a smaller model",
+                                       s.world, elements, elements * s.world, kMaxWorldElements));
+  }
+  return Status::Ok();
+}
+
+// Every value of a loaded tensor is finite: NaN or inf in the data or the initial state would make every
+// backend compute garbage that agrees with itself.
+Status CheckFiniteValues(const Tensor& t, const std::string& what) {
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    if (!std::isfinite(t.data[i])) {
+      return Status::Invalid(fmt::format("{}: non-finite value {} at flat index {}; inputs must be finite", what,
+                                         t.data[i], i));
+    }
+  }
+  return Status::Ok();
+}
+
 // Loaded x and y against the model's input width, output width and the loss.
 Status CheckLoadedData(const Scenario& s, int64_t out_width) {
   const DataSpec& d = s.data;
   if (d.x.shape.size() != 2) {
     return Status::Invalid(DataPath(d, "x") + ": must be 2-D (N, in_features), got shape " + ShapeString(d.x.shape));
   }
+  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.x, DataPath(d, "x")));
+  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.y, DataPath(d, "y")));
   int64_t n = d.x.shape[0];
   if (n < 1) return Status::Invalid(DataPath(d, "x") + ": must hold at least 1 sample, got shape " + ShapeString(d.x.shape));
   if (s.loss == "mse") return ExpectShape(d.y, {n, out_width}, DataPath(d, "y"));
@@ -44,8 +82,16 @@ Status CheckLoadedData(const Scenario& s, int64_t out_width) {
 
 Status CheckSyntheticData(const Scenario& s, int64_t out_width) {
   const DataSpec& d = s.data;
-  if (d.samples < 1) return ValueError("/data/samples", "must be >= 1", d.samples);
-  if (d.in_features < 1) return ValueError("/data/in_features", "must be >= 1", d.in_features);
+  if (d.samples < 1 || d.samples > kMaxSamples) {
+    return ValueError("/data/samples", fmt::format("must be in [1, {}]", kMaxSamples), d.samples);
+  }
+  if (d.in_features < 1 || d.in_features > kMaxWidth) return WidthError("/data/in_features", d.in_features);
+  if (d.samples * (d.in_features + out_width) > kMaxDataElements) {
+    return Status::Invalid(fmt::format("/data/samples: {} samples x ({} in + {} out features) = {} values; ddpcheck's "
+                                       "limit is {}: use fewer samples or narrower data",
+                                       d.samples, d.in_features, out_width, d.samples * (d.in_features + out_width),
+                                       kMaxDataElements));
+  }
   if (d.out_features != out_width) {
     return ValueError("/data/out_features", "must equal the model's output width (" + std::to_string(out_width) + ")",
                       d.out_features);
@@ -78,6 +124,7 @@ Status CheckModelAndData(const Scenario& s) {
   if (width < 1) {
     return Status::Invalid("/model: has no linear, batchnorm1d or syncbatchnorm1d layer to fix the feature width");
   }
+  DDPCHECK_RETURN_IF_ERROR(CheckModelSize(s));
   return Loaded(d) ? CheckLoadedData(s, width) : CheckSyntheticData(s, width);
 }
 
@@ -108,6 +155,7 @@ Status CheckInit(const Scenario& s) {
       return Status::Invalid(path + ": no such parameter or buffer in the model; " + SuggestionFor(name, names));
     }
     DDPCHECK_RETURN_IF_ERROR(ExpectShape(t, match->shape, path));
+    DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(t, path));
   }
   for (const auto& p : params) {
     if (!in.values.count(p.name)) {

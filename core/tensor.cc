@@ -62,6 +62,22 @@ int64_t NumelOf(const std::vector<int64_t>& shape) {
   return n;
 }
 
+bool CheckedNumel(const std::vector<int64_t>& shape, int64_t max_numel, int64_t* numel) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (d == 0) n = 0;
+  }
+  for (int64_t d : shape) {
+    if (n == 0) break;
+    if (d > max_numel / n) return false;
+    n *= d;
+  }
+  if (n > max_numel) return false;
+  *numel = n;
+  return true;
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -26,6 +26,9 @@ double UnitRoundoff(DType dtype);
 bool IsFloating(DType dtype);
 
 int64_t NumelOf(const std::vector<int64_t>& shape);
+// For shapes read from input: true, with *numel set, when every size is >= 0 and the product is at most
+// `max_numel` (checked without overflow); false otherwise.
+bool CheckedNumel(const std::vector<int64_t>& shape, int64_t max_numel, int64_t* numel);
 std::string ShapeString(const std::vector<int64_t>& shape);  // "(16, 8)", "()" for a scalar
 
 struct Tensor {

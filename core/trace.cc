@@ -5,7 +5,9 @@
 #include <fstream>
 #include <tuple>
 
+#include "core/json_reader.h"
 #include "core/npy.h"
+#include "core/scenario.h"
 
 namespace ddpcheck::core {
 
@@ -132,73 +134,149 @@ Status Trace::Write(const std::string& dir) const {
   return Status::Ok();
 }
 
+namespace {
+
+// The largest tensor a trace record may declare: a record is either inline (its values are in the file) or a
+// .npy file whose own size bounds it, so this only keeps a hostile shape from overflowing.
+constexpr int64_t kMaxRecordElements = int64_t{1} << 40;
+
+// Integers of the index: exact, within [lo, hi]; `where` is "<file>: /records/3/step".
+Status IndexInt(const nlohmann::json& v, const std::string& where, int64_t lo, int64_t hi, int64_t* out) {
+  DDPCHECK_RETURN_IF_ERROR(ReadInt64(v, where, out));
+  if (*out < lo || *out > hi) {
+    return JsonError(where, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);
+  }
+  return Status::Ok();
+}
+
+Status ReadRecord(const nlohmann::json& r, const std::string& dir, const std::string& where, TraceKey* key,
+                  Tensor* value) {
+  JsonObject o;
+  DDPCHECK_RETURN_IF_ERROR(
+      JsonObject::Open(r, where, {"step", "checkpoint", "tensor", "rank", "dtype", "shape", "values", "file"}, &o));
+  for (const char* k : {"step", "checkpoint", "tensor", "rank", "dtype", "shape"}) {
+    DDPCHECK_RETURN_IF_ERROR(o.Require(k, "every trace record has step, checkpoint, tensor, rank, dtype and shape"));
+  }
+  DDPCHECK_RETURN_IF_ERROR(IndexInt(o.At("step"), o.PathOf("step"), 0, kMaxSteps, &key->step));
+  std::string checkpoint, dtype;
+  DDPCHECK_RETURN_IF_ERROR(o.String("checkpoint", &checkpoint));
+  if (!ParseCheckpoint(checkpoint, &key->checkpoint)) {
+    return Status::Invalid(o.PathOf("checkpoint") + ": unknown checkpoint '" + checkpoint + "'");
+  }
+  DDPCHECK_RETURN_IF_ERROR(o.String("tensor", &key->tensor));
+  int64_t rank = 0;
+  DDPCHECK_RETURN_IF_ERROR(IndexInt(o.At("rank"), o.PathOf("rank"), kAllRanks, kMaxWorld - 1, &rank));
+  key->rank = static_cast<int>(rank);
+  DDPCHECK_RETURN_IF_ERROR(o.String("dtype", &dtype));
+  if (!ParseDType(dtype, &value->dtype)) return Status::Invalid(o.PathOf("dtype") + ": unknown dtype '" + dtype + "'");
+  const nlohmann::json& shape = o.At("shape");
+  if (!shape.is_array()) return JsonError(o.PathOf("shape"), "must be an array of sizes", shape);
+  value->shape.assign(shape.size(), 0);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    DDPCHECK_RETURN_IF_ERROR(IndexInt(shape[i], JsonPath(o.PathOf("shape"), i), 0, kMaxRecordElements, &value->shape[i]));
+  }
+  int64_t numel = 0;
+  if (!CheckedNumel(value->shape, kMaxRecordElements, &numel)) {
+    return JsonError(o.PathOf("shape"), "must have at most 2^40 elements", shape);
+  }
+  if (o.Has("file")) {
+    std::string file;
+    DDPCHECK_RETURN_IF_ERROR(o.String("file", &file));
+    if (file.empty() || file.find('/') != std::string::npos || file.find('\\') != std::string::npos) {
+      return JsonError(o.PathOf("file"), "must be the name of a .npy file inside the trace folder", o.At("file"));
+    }
+    Tensor loaded;
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file, &loaded).Prefixed(o.PathOf("file")));
+    if (loaded.shape != value->shape) {
+      return Status::Invalid(o.PathOf("file") + ": " + file + " has shape " + ShapeString(loaded.shape) +
+                             ", the record says " + ShapeString(value->shape));
+    }
+    value->data = std::move(loaded.data);
+    return Status::Ok();
+  }
+  DDPCHECK_RETURN_IF_ERROR(o.Require("values", "a record holds its \"values\" inline or names a .npy \"file\""));
+  const nlohmann::json& values = o.At("values");
+  if (!values.is_array() || static_cast<int64_t>(values.size()) != numel) {
+    return JsonError(o.PathOf("values"), "must be an array of " + std::to_string(numel) + " numbers (shape " +
+                                             ShapeString(value->shape) + ")", values);
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    double d;
+    if (!DecodeValue(values[i], &d)) {
+      return JsonError(JsonPath(o.PathOf("values"), i), "must be a number or \"nan\", \"inf\", \"-inf\"", values[i]);
+    }
+    value->data.push_back(d);
+  }
+  return Status::Ok();
+}
+
+Status ReadEvent(const nlohmann::json& e, const std::string& where, TraceEvent* ev) {
+  JsonObject o;
+  DDPCHECK_RETURN_IF_ERROR(JsonObject::Open(e, where, {"step", "rank", "checkpoint", "kind", "message"}, &o));
+  if (o.Has("step")) DDPCHECK_RETURN_IF_ERROR(IndexInt(o.At("step"), o.PathOf("step"), 0, kMaxSteps, &ev->step));
+  if (o.Has("rank")) {
+    int64_t rank = 0;
+    DDPCHECK_RETURN_IF_ERROR(IndexInt(o.At("rank"), o.PathOf("rank"), kAllRanks, kMaxWorld - 1, &rank));
+    ev->rank = static_cast<int>(rank);
+  }
+  std::string checkpoint = "init";
+  DDPCHECK_RETURN_IF_ERROR(o.String("checkpoint", &checkpoint));
+  if (!ParseCheckpoint(checkpoint, &ev->checkpoint)) {
+    return Status::Invalid(o.PathOf("checkpoint") + ": unknown checkpoint '" + checkpoint + "'");
+  }
+  DDPCHECK_RETURN_IF_ERROR(o.String("kind", &ev->kind));
+  return o.String("message", &ev->message);
+}
+
+// The meta keys `ddpcheck diff` reads, at their types (other keys are free-form provenance).
+Status CheckMeta(const nlohmann::json& meta, const std::string& where) {
+  if (!meta.is_object()) return JsonError(where, "must be an object", meta);
+  const auto has = [&](const char* k) { return meta.contains(k); };
+  if (has("exact") && !meta.at("exact").is_boolean()) return JsonError(where + "/exact", "must be true or false", meta.at("exact"));
+  for (const char* k : {"precision", "scenario", "backend"}) {
+    if (has(k) && !meta.at(k).is_string()) return JsonError(JsonPath(where, k), "must be a string", meta.at(k));
+  }
+  int64_t v = 0;
+  if (has("world")) DDPCHECK_RETURN_IF_ERROR(IndexInt(meta.at("world"), where + "/world", 1, kMaxWorld, &v));
+  if (has("reduction_length")) {
+    DDPCHECK_RETURN_IF_ERROR(IndexInt(meta.at("reduction_length"), where + "/reduction_length", 1, kMaxRecordElements, &v));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Trace::Read(const std::string& dir, Trace* out) {
   const std::string path = dir + "/index.json";
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(path + ": no trace here (expected a folder written by --dump-trace)");
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Io(path + ": not valid JSON: " + e.what());
+  if (!std::filesystem::is_regular_file(path)) {
+    return Status::NotFound(path + ": no trace here (expected a folder written by --dump-trace)");
   }
-  if (!index.is_object() || index.value("format", "") != kFormat) {
+  nlohmann::json index;
+  DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, &index));
+  if (!index.is_object() || !index.contains("format") || index.at("format") != kFormat) {
     return Status::Invalid(path + ": not a ddpcheck trace (missing \"format\": \"" + kFormat + "\")");
   }
-  if (index.value("version", 0) != kFormatVersion) {
-    return Status::Invalid(path + ": trace format version " + index.value("version", nlohmann::json()).dump() +
+  if (!index.contains("version") || index.at("version") != kFormatVersion) {
+    return Status::Invalid(path + ": /version: trace format version " + index.value("version", nlohmann::json()).dump() +
                            " is not supported; this ddpcheck reads version " + std::to_string(kFormatVersion));
   }
   Trace t;
   t.meta = index.value("meta", nlohmann::json::object());
-  const auto& records = index.value("records", nlohmann::json::array());
+  DDPCHECK_RETURN_IF_ERROR(CheckMeta(t.meta, "/meta").Prefixed(path));
+  const nlohmann::json empty = nlohmann::json::array();
+  const nlohmann::json& records = index.contains("records") ? index.at("records") : empty;
+  const nlohmann::json& events = index.contains("events") ? index.at("events") : empty;
+  if (!records.is_array()) return JsonError("/records", "must be an array of records", records).Prefixed(path);
+  if (!events.is_array()) return JsonError("/events", "must be an array of events", events).Prefixed(path);
   for (size_t i = 0; i < records.size(); ++i) {
-    const auto& r = records[i];
-    const std::string where = path + ": /records/" + std::to_string(i);
-    try {
-      TraceKey key;
-      key.step = r.at("step").get<int64_t>();
-      if (!ParseCheckpoint(r.at("checkpoint").get<std::string>(), &key.checkpoint)) {
-        return Status::Invalid(where + "/checkpoint: unknown checkpoint '" + r.at("checkpoint").get<std::string>() + "'");
-      }
-      key.tensor = r.at("tensor").get<std::string>();
-      key.rank = r.at("rank").get<int>();
-      Tensor value;
-      if (!ParseDType(r.at("dtype").get<std::string>(), &value.dtype)) {
-        return Status::Invalid(where + "/dtype: unknown dtype " + r.at("dtype").dump());
-      }
-      value.shape = r.at("shape").get<std::vector<int64_t>>();
-      if (r.contains("file")) {
-        Tensor loaded;
-        DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + r.at("file").get<std::string>(), &loaded));
-        if (loaded.shape != value.shape) {
-          return Status::Invalid(where + ": " + r.at("file").get<std::string>() + " has shape " +
-                                 ShapeString(loaded.shape) + ", index says " + ShapeString(value.shape));
-        }
-        value.data = std::move(loaded.data);
-      } else {
-        for (const auto& v : r.at("values")) {
-          double d;
-          if (!DecodeValue(v, &d)) return Status::Invalid(where + "/values: not a number: " + v.dump());
-          value.data.push_back(d);
-        }
-        if (value.numel() != NumelOf(value.shape)) {
-          return Status::Invalid(where + ": " + std::to_string(value.numel()) + " values for shape " +
-                                 ShapeString(value.shape));
-        }
-      }
-      t.records_[key] = std::move(value);
-    } catch (const nlohmann::json::exception& e) {
-      return Status::Invalid(where + ": malformed record: " + e.what());
-    }
+    TraceKey key;
+    Tensor value;
+    DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], dir, JsonPath("/records", i), &key, &value).Prefixed(path));
+    t.records_[key] = std::move(value);
   }
-  for (const auto& e : index.value("events", nlohmann::json::array())) {
+  for (size_t i = 0; i < events.size(); ++i) {
     TraceEvent ev;
-    ev.step = e.value("step", int64_t{0});
-    ev.rank = e.value("rank", kAllRanks);
-    ParseCheckpoint(e.value("checkpoint", std::string("init")), &ev.checkpoint);
-    ev.kind = e.value("kind", "");
-    ev.message = e.value("message", "");
+    DDPCHECK_RETURN_IF_ERROR(ReadEvent(events[i], JsonPath("/events", i), &ev).Prefixed(path));
     t.events_.push_back(std::move(ev));
   }
   *out = std::move(t);

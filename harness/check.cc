@@ -49,9 +49,10 @@ core::Status Finish(const std::optional<core::Scenario>& s, Produced got, const 
   Composition c;
   c.scenario = s ? &*s : nullptr;
   c.got = &got;
+  c.kind = opts.got.kind;
   c.want = has_oracle ? &want : nullptr;
   c.policy = policy;
-  Compose(c, report);
+  DDPCHECK_RETURN_IF_ERROR(Compose(c, report));
 
   for (const Source& extra : opts.cross_checks) {
     Produced other;
@@ -76,7 +77,10 @@ core::Status Check(std::optional<core::Scenario> s, const CheckOptions& opts, co
   const bool carries_scenario = opts.got.kind == SourceKind::kTorchDump || opts.got.kind == SourceKind::kStoredTrace;
   if (carries_scenario) {
     DDPCHECK_RETURN_IF_ERROR(Produce(opts.got, nullptr, opts, &got));
-    if (!s) s = got.scenario;
+    // A dump the replay cannot rebuild (any nn.Module, no DistributedSampler...) carries no usable scenario:
+    // its check is the rank invariants and the protocol check, framed from the trace's metadata.
+    const bool unreplayable = got.dump && !got.dump->replay_unsupported.empty();
+    if (!s && !unreplayable) s = got.scenario;
   }
   if (s) DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&*s));
   if (!carries_scenario) DDPCHECK_RETURN_IF_ERROR(Produce(opts.got, s ? &*s : nullptr, opts, &got));

@@ -2,11 +2,15 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "core/train_loop.h"
 #include "harness/compose.h"
 #include "harness/sources.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder.h"
+#include "sim/peer_watch.h"
 #include "sim/store.h"
 #include "sim/store_open.h"
 #include "sim/trace_shard.h"
@@ -19,12 +23,30 @@ namespace {
 std::string ShardKey(const std::string& run_id, int rank) { return run_id + "/shard/" + std::to_string(rank); }
 
 // Waits for every rank's shard and merges them into *got. Timeout names the ranks whose shards are missing.
-core::Status GatherShards(gloo::rendezvous::Store& store, const std::string& run_id, int world,
-                          std::chrono::milliseconds timeout, core::Trace* got) {
+core::Status GatherShards(const std::shared_ptr<gloo::rendezvous::Store>& store_ptr, const std::string& run_id,
+                          int world, std::chrono::milliseconds timeout, core::Trace* got) {
+  gloo::rendezvous::Store& store = *store_ptr;
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(ShardKey(run_id, r));
   try {
-    store.wait(keys, timeout);
+    // In slices: a rank lost (PeerWatch) before its shard arrived is named at once, not after the timeout.
+    sim::PeerWatch peers(store_ptr, run_id, 0, world);
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    std::string lost;
+    while (lost.empty()) {
+      try {
+        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(100)));
+        break;
+      } catch (const std::exception&) {
+        if (std::chrono::steady_clock::now() >= until) throw;
+      }
+      for (const sim::LostRank& l : peers.Lost()) {  // ranks that published and exited are not lost
+        if (!sim::StoreHas(store, keys[static_cast<size_t>(l.rank)])) lost += sim::DescribeLost({l});
+      }
+    }
+    if (!lost.empty()) {
+      return core::Status::Timeout("run '" + run_id + "': trace shards never arrived at rank 0" + lost);
+    }
   } catch (const std::exception&) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
@@ -82,9 +104,9 @@ core::Status CheckAsRank(core::Scenario s, const CheckOptions& opts, int rank, c
   if (rank != 0) return finding;
 
   Produced got;
-  core::Status st = GatherShards(*store, so.run_id, s.world, so.timeout, &got.trace);
+  core::Status st = GatherShards(store, so.run_id, s.world, so.timeout, &got.trace);
   if (!st.ok()) {
-    if (!finding.ok()) st = core::Status(st.code(), st.message() + "; rank 0 found: " + finding.message());
+    if (!finding.ok()) st = core::Status(st.code(), finding.message() + "; then " + st.message());
     return st;
   }
   got.name = "sim (" + opts.comm + ", " + std::to_string(s.world) + " processes)";

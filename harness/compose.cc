@@ -5,6 +5,8 @@
 #include "core/diagnose.h"
 #include "core/dump_check.h"
 #include "core/fault_spec.h"
+#include "core/faults.h"
+#include "reference/step_local.h"
 
 namespace ddpcheck::harness {
 
@@ -44,13 +46,31 @@ void Frame(const Composition& c, core::RunReport* report) {
   report->provenance = core::Provenance(extra);
 }
 
+// The step-local check (reference/step_local.h) judges a run under test (a recorded torch run or the CPU
+// world) against the float64 reference when its oracle is that reference, the arithmetic is not exact by
+// construction and the scenario has rules (no AMP yet). Its fallback for values without element-wise rules is
+// the same policy at one step's budget. The GPU worlds keep their math-mode policies (harness/gpu.h).
+bool UseStepLocal(const Composition& c) {
+  if (!c.scenario || !c.want || c.want->name.rfind("reference", 0) != 0 || c.policy.exact) return false;
+  if (c.kind != SourceKind::kTorchDump && c.kind != SourceKind::kSim) return false;
+  return ref::StepLocalSupported(*c.scenario);
+}
+
 }  // namespace
 
-void Compose(const Composition& c, core::RunReport* report) {
+core::Status Compose(const Composition& c, core::RunReport* report) {
   Frame(c, report);
   const core::Trace& got = c.got->trace;
   core::CompareResult result;
-  if (c.want) {
+  if (c.want && UseStepLocal(c)) {
+    // Every step replayed in float64 from the state the run recorded at its start, with element-wise error
+    // bounds (docs/tolerance.md): a 1e-4 relative error in float32 is caught at the step where it happens.
+    // The replay computes what the oracle computes: the scenario with its faults turned into what they mean
+    // (core::OracleScenario), as the whole-trajectory reference does.
+    DDPCHECK_RETURN_IF_ERROR(
+        ref::CheckStepLocal(core::OracleScenario(*c.scenario), got, c.policy, &result).Prefixed("step-local replay"));
+    report->against = c.want->name + ", step-local";
+  } else if (c.want) {
     result = core::CompareTraces(got, c.want->trace, c.policy);
   } else {
     result.derivation = "no oracle" + (report->replay_note.empty() ? "" : " (" + report->replay_note + ")") +
@@ -59,9 +79,25 @@ void Compose(const Composition& c, core::RunReport* report) {
   result.Merge(core::CheckRankInvariants(got));
   result.Merge(core::CheckEvents(got));
   std::optional<core::Diagnosis> diagnosis;
+  if (c.got->protocol) {
+    const core::ProtocolResult& protocol = *c.got->protocol;
+    result.Merge(protocol.result);
+    report->protocol.ran = true;
+    report->protocol.checked = protocol.checked;
+    report->protocol.not_checked = protocol.skipped;
+    report->protocol.reference = protocol.reference;
+    if (!c.want) report->against = "its own ranks and the protocol check";
+  }
   if (c.got->dump) {
-    // A recorded run's own evidence rules (core/dump_check.h) come first: they are the headline.
-    if (auto finding = core::FindDumpPattern(*c.got->dump, c.want ? &c.want->trace : nullptr)) {
+    // A recorded run's own evidence rules (core/dump_check.h) and the protocol check's named findings come
+    // first: the earliest step's pattern is the headline (the evidence rules win ties).
+    auto finding = core::FindDumpPattern(*c.got->dump, c.want ? &c.want->trace : nullptr);
+    const core::ProtocolResult* protocol = c.got->protocol ? &*c.got->protocol : nullptr;
+    if (protocol && protocol->diagnosis && protocol->result.first &&
+        (!finding || protocol->result.first->key.step < finding->mismatch.key.step)) {
+      result.first = protocol->result.first;
+      diagnosis = protocol->diagnosis;
+    } else if (finding) {
       result.Add(finding->mismatch);
       result.first = finding->mismatch;
       diagnosis = finding->diagnosis;
@@ -85,6 +121,7 @@ void Compose(const Composition& c, core::RunReport* report) {
                 "scenario does not exercise it (see scenarios/faults/ for one that does)";
     report->result.Add(m);
   }
+  return core::Status::Ok();
 }
 
 }  // namespace ddpcheck::harness

@@ -14,11 +14,12 @@ namespace ddpcheck::harness {
 struct Composition {
   const core::Scenario* scenario = nullptr;  // null for stored traces that carry none (no diagnosis then)
   const Produced* got = nullptr;
+  SourceKind kind = SourceKind::kSim;  // what produced `got`
   const Produced* want = nullptr;  // null: no oracle (invariants only)
   core::TolerancePolicy policy;
 };
 
-void Compose(const Composition& c, core::RunReport* report);
+core::Status Compose(const Composition& c, core::RunReport* report);
 
 // Finishes a check whose run under test has been produced: the oracle, the policy, dumps of both traces,
 // Compose, and the cross-checks (harness/check.cc).

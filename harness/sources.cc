@@ -1,5 +1,7 @@
 #include "harness/sources.h"
 
+#include "core/finite.h"
+
 #include "core/faults.h"
 #include "core/train_loop.h"
 #include "harness/gpu.h"
@@ -71,13 +73,25 @@ core::Status Produce(const Source& src, const core::Scenario* s, const CheckOpti
       out->provenance["backend"] = "torch " + dump.ranks[0].index.value("torch_version", "?");
       out->provenance["dump"] = src.path;
       out->trace = dump.trace;
+      // The frame of a report without a scenario (a dump the replay cannot rebuild) comes from these.
+      out->trace.meta["world"] = static_cast<int>(dump.ranks.size());
+      out->trace.meta["precision"] = dump.ranks[0].index.value("dtype", std::string("float32"));
+      out->trace.meta["scenario"] = dump.ranks[0].index.value("module_type", std::string("torch run")) + " (" +
+                                    src.path + ")";
       out->scenario = dump.scenario;
+      // The protocol check (any nn.Module: sampler, buckets, mean, single-process gradient, lr, optimizer) is
+      // a pure function of the records: the whole verdict of a dump that cannot be replayed.
+      core::ProtocolRecords records;
+      DDPCHECK_RETURN_IF_ERROR(core::LoadProtocolRecords(dump, &records));
+      out->protocol = core::CheckProtocol(records);
       out->dump = std::move(dump);
       return core::Status::Ok();
     }
     case SourceKind::kStoredTrace:
       out->name = src.path;
       DDPCHECK_RETURN_IF_ERROR(core::Trace::Read(src.path, &out->trace));
+      // NaN/inf recorded: a finding (exit 1), never a PASS (NaN against the same NaN would compare equal).
+      DDPCHECK_RETURN_IF_ERROR(core::CheckFinite(out->trace, src.path));
       out->scenario = ScenarioFromMeta(out->trace);
       return core::Status::Ok();
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dump.h"
+#include "core/dump_protocol.h"
 #include "core/scenario.h"
 #include "core/status.h"
 #include "core/trace.h"
@@ -19,6 +20,7 @@ struct Produced {
   std::string name;                            // the report's backend / against line
   nlohmann::json provenance = nlohmann::json::object();  // extras for the report's provenance
   std::optional<core::TorchDump> dump;         // kTorchDump: the whole dump (its evidence rules need it)
+  std::optional<core::ProtocolResult> protocol;  // kTorchDump: the model-agnostic protocol check of its records
   std::optional<core::Scenario> scenario;      // what the source ran, when it carries its own (dump, stored)
 };
 

@@ -85,7 +85,7 @@ core::Status RunLockstep(int world, const Fn& run_rank, SyncBnExchange<T>* excha
 }
 
 template <typename T>
-core::Status Run(const core::Scenario& s, core::Trace* trace) {
+core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace* trace) {
   const int world = s.world;
   Model<T> master;
   DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, 0, &master));
@@ -131,6 +131,7 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
 
   for (size_t step_i = 0; step_i < plans[0].size(); ++step_i) {
     const int64_t step = plans[0][step_i].step;
+    if (hooks && hooks->load_state) DDPCHECK_RETURN_IF_ERROR(hooks->load_state(step, &master, &state));
     master.ZeroGrad(false);
     std::vector<std::vector<T>> sum(static_cast<size_t>(np));
     std::vector<bool> used_any(static_cast<size_t>(np), false);
@@ -171,6 +172,7 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
                    Tensor::Scalar(static_cast<double>(loss), s.precision));
         auto& u = used[static_cast<size_t>(r)];
         DDPCHECK_RETURN_IF_ERROR(w.Backward(loss_scale, [&](int p) { u[static_cast<size_t>(p)] = true; }));
+        if (hooks && hooks->after_backward) hooks->after_backward(step, r, static_cast<int64_t>(m), w, x, b.y);
       }
       return core::Status::Ok();
     };
@@ -221,6 +223,7 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
     }
     const double lr = schedule.lr();
     trace->Add({step, Checkpoint::kLr, "lr", core::kAllRanks}, Tensor::Scalar(lr));
+    if (hooks && hooks->before_optimizer && !found_inf) hooks->before_optimizer(step, master, state, lr);
     for (int p = 0; p < np && !found_inf; ++p) {
       if (!master.grad_defined(p)) continue;
       core::OptimizerStep<T>(s.optimizer, lr, master.param_data(p), master.grad_data(p), master.param_info(p).numel(),
@@ -233,6 +236,7 @@ core::Status Run(const core::Scenario& s, core::Trace* trace) {
       }
     }
     RecordParams(master, step, Checkpoint::kParams, trace);
+    if (hooks && hooks->after_step) hooks->after_step(step, master, state);
     if (plans[0][step_i].last_in_epoch) {
       for (int r = 0; r < world; ++r) {
         const std::vector<int64_t> eval = core::EvalIndices(s, r, /*count_padding=*/false);
@@ -252,8 +256,17 @@ core::Status RunReference(const core::Scenario& s, core::Trace* out) {
   out->meta["world"] = s.world;
   out->meta["precision"] = core::DTypeName(s.precision);
   out->meta["scenario"] = s.name;
-  if (s.precision == core::DType::kFloat32) return Run<float>(s, out);
-  return Run<double>(s, out);
+  if (s.precision == core::DType::kFloat32) return Run<float>(s, nullptr, out);
+  return Run<double>(s, nullptr, out);
+}
+
+core::Status RunReferenceWithHooks(const core::Scenario& s, const StepHooks<double>& hooks, core::Trace* out) {
+  if (s.precision != core::DType::kFloat64) return core::Status::Invalid("RunReferenceWithHooks: precision must be fp64");
+  out->meta["backend"] = "reference";
+  out->meta["world"] = s.world;
+  out->meta["precision"] = core::DTypeName(s.precision);
+  out->meta["scenario"] = s.name;
+  return Run<double>(s, &hooks, out);
 }
 
 }  // namespace ddpcheck::ref

@@ -13,9 +13,14 @@
 // checkpoints as a world (kAllRanks for shared values), so traces line up.
 #pragma once
 
+#include <functional>
+#include <vector>
+
+#include "core/optimizer.h"
 #include "core/scenario.h"
 #include "core/status.h"
 #include "core/trace.h"
+#include "reference/model.h"
 
 namespace ddpcheck::ref {
 
@@ -23,5 +28,26 @@ namespace ddpcheck::ref {
 // oracle): the harness passes core::OracleScenario(s), where the faults that describe the user's setup are
 // already the scenario's own settings.
 core::Status RunReference(const core::Scenario& s, core::Trace* out);
+
+// Points where a caller may look into (or, at load_state, set) the reference's state during a run: the
+// step-local replay (reference/step_local.h) loads each step's starting state from a recorded run and
+// propagates rounding-error bounds alongside the values. Any member may be empty.
+template <typename T>
+struct StepHooks {
+  // Before step `step`: the master's parameters and buffers and the optimizer state may be replaced.
+  std::function<core::Status(int64_t step, Model<T>* master, std::vector<core::ParamState<T>>* state)> load_state;
+  // After rank `rank`'s backward of micro-batch `micro` (x, y its batch). May run on several threads at once
+  // (SyncBatchNorm lockstep).
+  std::function<void(int64_t step, int rank, int64_t micro, const Model<T>& worker, const Matrix<T>& x,
+                     const core::Tensor& y)> after_backward;
+  // After the reduction (master's grads hold the reduced gradient), before the optimizer step with `lr`.
+  std::function<void(int64_t step, const Model<T>& master, const std::vector<core::ParamState<T>>& state,
+                     double lr)> before_optimizer;
+  // After the optimizer step and the parameters' record.
+  std::function<void(int64_t step, const Model<T>& master, const std::vector<core::ParamState<T>>& state)> after_step;
+};
+
+// RunReference in float64 (s.precision must be kFloat64) with hooks.
+core::Status RunReferenceWithHooks(const core::Scenario& s, const StepHooks<double>& hooks, core::Trace* out);
 
 }  // namespace ddpcheck::ref

@@ -18,6 +18,7 @@
 #include "sim/communicator_fingerprint.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/communicator_ring.h"
+#include "sim/store_named.h"
 
 namespace ddpcheck::sim {
 
@@ -51,16 +52,37 @@ constexpr int64_t kDirectStagingBytes = 1024 * 1024;
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store,
-                                   std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<gloo::Context> context,
-                                   int rank, int world, std::chrono::milliseconds timeout)
+                                   std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<PeerWatch> peers,
+                                   std::shared_ptr<gloo::transport::Device> device,
+                                   std::shared_ptr<gloo::Context> context, int rank, int world,
+                                   std::chrono::milliseconds timeout)
     : store_(std::move(store)),
       recorder_(std::move(recorder)),
+      peers_(std::move(peers)),
+      device_(std::move(device)),
       context_(std::move(context)),
       rank_(rank),
       world_(world),
       timeout_(timeout) {}
 
-GlooCommunicator::~GlooCommunicator() = default;
+GlooCommunicator::~GlooCommunicator() {
+  // Receives for the next direct exchange stay posted between collectives, and the device's event-loop thread
+  // may still write a peer's bytes into them (a peer ahead of a rank that failed) or signal them an error (a
+  // peer closing its sockets) while this thread frees them. Close every pair first (under each pair's own
+  // lock, so the loop is done with it), then free the buffers, then the context, and only then (member order)
+  // this rank's reference to the shared device: the race TSan saw here was another rank's teardown freeing the
+  // device while this one's pairs were still unregistering from its loop.
+  if (context_) {
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // A pair that fails to close is already broken: nothing will arrive through it.
+    }
+  }
+  send_buffer_.reset();
+  for (auto& buffer : recv_buffers_) buffer.reset();
+  context_.reset();  // its pairs unregister from device_'s loop, which this rank still holds
+}
 
 size_t GlooCommunicator::DirectBlock() const {
   const int64_t capacity = kDirectStagingBytes / std::max(1, world_) - static_cast<int64_t>(sizeof(Fingerprint));
@@ -152,6 +174,10 @@ Status GlooCommunicator::Run(CollectiveRecord record, const std::function<void()
       if (!mismatch.empty()) return Status::Mismatch(mismatch);  // every rank sees it; the context stays usable
     }
     if (body) body();
+  } catch (const StoreFailure& e) {  // the store, not a peer: name it (sim/store_named.h)
+    broken_ = Status::Io("collective " + DescribeRecord(record) + " on rank " + std::to_string(rank_) + ": " +
+                         e.what());
+    return broken_;
   } catch (const std::exception& e) {
     return Failure(record, start, GlooErrorText(e.what()));
   } catch (...) {
@@ -164,14 +190,32 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
                                  const std::string& cause) {
   std::vector<std::optional<CollectiveRecord>> records;
   StallReport report;
+  std::vector<LostRank> lost;
+  const bool peer_gone = IsPeerGone(cause);
   while (true) {
     if (record_) records = recorder_->ReadAll(record.seq);
     report = DescribeStall(record, rank_, timeout_, records, cause);
-    if (report.missing.empty() || std::chrono::steady_clock::now() >= start + timeout_) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (peers_) lost = peers_->Lost();
+    if (!lost.empty()) break;
+    // A broken connection is a peer that died: wait (up to the timeout) until its process is seen gone.
+    if ((report.missing.empty() && !peer_gone) || std::chrono::steady_clock::now() >= start + timeout_) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const bool timed_out = !report.missing.empty() || IsGlooTimeout(cause);
-  broken_ = Status(timed_out ? core::Code::kTimeout : core::Code::kInternal, report.message);
+  if (!lost.empty()) {
+    std::vector<int> ranks;
+    for (const LostRank& l : lost) ranks.push_back(l.rank);
+    broken_ = Status::Timeout(RankList(ranks) + " lost during collective " + DescribeRecord(record) +
+                              " (seen from rank " + std::to_string(rank_) + ")" + DescribeLost(lost) + "; " +
+                              report.message);
+    return broken_;
+  }
+  const bool finding = !report.missing.empty() || peer_gone || IsGlooTimeout(cause);
+  std::string message = report.message;
+  if (report.missing.empty() && peer_gone) {
+    message = "a peer closed its connection during collective " + DescribeRecord(record) + " (seen from rank " +
+              std::to_string(rank_) + "; not a process on this host, so it cannot be named here): " + message;
+  }
+  broken_ = Status(finding ? core::Code::kTimeout : core::Code::kInternal, message);
   return broken_;
 }
 

@@ -28,10 +28,12 @@
 #include "core/communicator.h"
 #include "sim/communicator_fingerprint.h"
 #include "sim/flight_recorder.h"
+#include "sim/peer_watch.h"
 
 namespace gloo {
 class Context;
 namespace transport {
+class Device;
 class UnboundBuffer;
 }
 namespace rendezvous {
@@ -85,6 +87,7 @@ class GlooCommunicator final : public core::Communicator {
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<FlightRecorder> recorder,
+                   std::shared_ptr<PeerWatch> peers, std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout);
   // A direct all-reduce's buffer: sent with the fingerprint; `finish` gets every rank's copy, indexed by rank.
   struct DirectPayload {
@@ -108,11 +111,19 @@ class GlooCommunicator final : public core::Communicator {
   const uint8_t* Received(int rank, Fingerprint* fingerprint) const;
   // Explains a failed collective. A rank is only called missing once the collective's timeout has passed
   // since `start`: a peer's failure can end the collective early while slow ranks are still on their way.
+  // A rank whose process is gone or stopped (PeerWatch) is named at once as lost: "rank 2 lost during
+  // collective #40 allreduce 'allreduce bucket 1 (step 5)' (seen from rank 0): its process 1234 is gone".
+  // Lost, missing, or a broken connection is a Timeout (a finding); only anything else is Internal.
   core::Status Failure(const CollectiveRecord& record, std::chrono::steady_clock::time_point start,
                        const std::string& cause);
 
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::shared_ptr<FlightRecorder> recorder_;
+  std::shared_ptr<PeerWatch> peers_;
+  // The TCP device (event loop) shared by the ranks of this process. Held here, declared before context_ so it
+  // goes after it: a context's pairs unregister from the device's loop as they close, and without this
+  // reference another rank's teardown could drop the device's last reference in the middle of that.
+  std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   int rank_;
   int world_;

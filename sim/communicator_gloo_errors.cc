@@ -17,4 +17,12 @@ bool IsGlooTimeout(const std::string& text) {
          text.find("imeout") != std::string::npos;
 }
 
+bool IsPeerGone(const std::string& text) {
+  for (const char* sign : {"Connection reset", "Connection closed", "connection closed", "Broken pipe", "EOF",
+                           "Read error", "Write error", "Socket closed"}) {
+    if (text.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace ddpcheck::sim

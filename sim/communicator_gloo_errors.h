@@ -12,5 +12,8 @@ std::string GlooErrorText(const std::string& what);
 
 // True when the text says a Gloo or store wait ran out of time ("Timed out", "timeout").
 bool IsGlooTimeout(const std::string& text);
+// True when Gloo's error text says a peer's connection broke (reset, closed, EOF, broken pipe): the peer's
+// process is likely gone.
+bool IsPeerGone(const std::string& text);
 
 }  // namespace ddpcheck::sim

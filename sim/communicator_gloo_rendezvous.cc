@@ -14,6 +14,7 @@
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder_store.h"
 #include "sim/store.h"
+#include "sim/store_named.h"
 
 namespace ddpcheck::sim {
 
@@ -63,23 +64,30 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   if (timeout.count() <= 0) return Status::Invalid(where + ": timeout must be > 0 ms");
 
   auto recorder = std::make_shared<StoreFlightRecorder>(store, run_id, world);
+  auto peers = std::make_shared<PeerWatch>(store, run_id, rank, world);
   try {
     // Gloo's own stores refuse a second set() of the key (caught below); ours would replace it.
     if (dynamic_cast<OverwritableStore*>(store.get()) && StoreHas(*store, JoinedKey(run_id, rank))) {
       return Status::Invalid(where + ": this store already has rank " + std::to_string(rank) +
                              " of this run id; use a fresh run id for every run");
     }
+    peers->Publish();  // before joining: every rank that joined can be watched
     store->set(JoinedKey(run_id, rank), {'1'});
     recorder->Record(rank, CollectiveRecord{});  // "#0 rendezvous"
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": " + e.what());
   } catch (const std::exception& e) {
     return Status::Invalid(where + ": cannot register in the store; if this run id was used on it before, use "
-                           "a fresh run id for every run (" + GlooErrorText(e.what()) + ")");
+                           "a fresh run id for every run: --run-id or DDPCHECK_RUN_ID (torchrun: a new --rdzv-id; "
+                           "Slurm: a new job or step) (" + GlooErrorText(e.what()) + ")");
   }
 
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(JoinedKey(run_id, r));
   try {
     store->wait(keys, timeout);
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": " + e.what());
   } catch (const std::exception& e) {
     std::vector<int> missing;
     for (int r = 0; r < world; ++r) {
@@ -96,14 +104,19 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
     context->setTimeout(timeout);
-    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", *store);
+    PeerAwareStore aware(*store, peers, timeout);  // a rank that dies here is named at once
+    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", aware);
     auto device = TcpDevice(GlooHost(hostname));
     context->connectFullMesh(mesh, device);
-    out->reset(new GlooCommunicator(store, recorder, context, rank, world, timeout));
+    out->reset(new GlooCommunicator(store, recorder, peers, device, context, rank, world, timeout));
+  } catch (const StoreFailure& e) {
+    return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {
     const std::string text = GlooErrorText(e.what());
-    return Status(IsGlooTimeout(text) ? core::Code::kTimeout : core::Code::kInternal,
-                  where + ": connecting the full mesh failed: " + text);
+    const std::string lost = DescribeLost(peers->Lost());
+    const bool finding = !lost.empty() || IsGlooTimeout(text) || IsPeerGone(text);
+    return Status(finding ? core::Code::kTimeout : core::Code::kInternal,
+                  where + ": connecting the full mesh failed" + lost + ": " + text);
   }
   return Status::Ok();
 }

@@ -18,68 +18,20 @@
 #include "core/trace.h"
 #include "sim/store_open.h"
 #include "sim/trace_shard.h"
+#include "tests/process_util.h"
 #include "tests/test_util.h"
 
 namespace ddpcheck::sim {
 namespace {
 
 using testing::CliResult;
+using testing::FreeLoopbackPort;
+using testing::RedisServer;
 using ::testing::HasSubstr;
 using testing::RunCli;
 using testing::TempDir;
 
 const char kScenario[] = "--world 6 --steps 3";
-
-// A free loopback TCP port (bound, read, released).
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// redis-server on 127.0.0.1:<free port>, no persistence; killed by the destructor. url() empty when it
-// could not be started (no redis-server: the test skips).
-class RedisServer {
- public:
-  RedisServer() {
-    if (std::system("command -v redis-server >/dev/null 2>&1") != 0) return;
-    port_ = FreeLoopbackPort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string port = std::to_string(port_);
-      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--loglevel", "warning", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::string url = "redis://127.0.0.1:" + std::to_string(port_);
-    for (int i = 0; i < 100; ++i) {
-      std::shared_ptr<gloo::rendezvous::Store> store;
-      if (OpenStore(url, std::chrono::milliseconds(100), &store).ok()) {
-        url_ = url;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~RedisServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  const std::string& url() const { return url_; }
-
- private:
-  int port_ = 0;
-  pid_t pid_ = -1;
-  std::string url_;
-};
 
 // Every record of `got` equals `want`'s bitwise, and both have the same keys and events.
 void ExpectTracesBitwiseEqual(const std::string& got_dir, const std::string& want_dir) {
@@ -192,8 +144,9 @@ TEST(Launch, TwoRunsOnOneStoreWithDifferentRunIdsNeverMixAndAReusedRunIdIsRefuse
   EXPECT_EQ(a.exit_code, 0) << a.out << a.err;
   EXPECT_EQ(b.exit_code, 0) << b.out << b.err;
   const auto again = RunCli(base + " --run-id A -- ddpcheck run --world 2 --steps 2 -q --timeout-ms 2000");
-  EXPECT_NE(again.exit_code, 0);
-  EXPECT_THAT(again.err, HasSubstr("fresh run id"));
+  EXPECT_EQ(again.exit_code, 2) << again.err;  // refused by launch before any rank starts
+  EXPECT_THAT(again.err, HasSubstr("run id 'A'"));
+  EXPECT_THAT(again.err, HasSubstr("already used"));
 }
 
 TEST(Launch, ARankThatDiesMidRunMakesTheOthersFailNamingItWithinTheTimeout) {

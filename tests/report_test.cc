@@ -180,8 +180,10 @@ TEST(ReportMarkdown, HasVerdictProvenanceTableUnitsAndEvidence) {
   const std::string md = core::ReportToMarkdown(FailingReport());
   EXPECT_NE(md.find("**FAIL**"), std::string::npos) << md;
   EXPECT_NE(md.find("VERDICT: FAIL"), std::string::npos);
-  EXPECT_NE(md.find("| checkpoint | tensors | failed | max abs err | max rel err | max ulps |"), std::string::npos);
-  EXPECT_NE(md.find("| | (count) | (count) | (value units) | (ratio) | (ulp) |"), std::string::npos);
+  EXPECT_NE(md.find("| checkpoint | tensors | failed | check | max abs err | max err/scale | budget used |"),
+            std::string::npos);
+  EXPECT_NE(md.find("| | (count) | (count) | | (value units) | (ratio) | (ratio) |"), std::string::npos);
+  EXPECT_NE(md.find("**How to fix:** keep the loss a mean"), std::string::npos) << md;
   EXPECT_NE(md.find("| git_commit |"), std::string::npos);
   EXPECT_NE(md.find("#### First divergence"), std::string::npos);
   EXPECT_NE(md.find("budget used"), std::string::npos);
@@ -202,6 +204,7 @@ TEST(ReportJUnit, OneTestcasePerCheckpointAndFailureText) {
   EXPECT_NE(xml.find("tests=\"4\" failures=\"1\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("name=\"reduced\""), std::string::npos);
   EXPECT_NE(xml.find("step 1, reduced, 0.weight, rank 1"), std::string::npos);
+  EXPECT_NE(xml.find("how to fix: keep the loss a mean over the local batch"), std::string::npos) << xml;
   const std::string pass = core::ReportToJUnit(PassingReport());
   EXPECT_TRUE(WellFormedXml(pass, &why)) << why;
   EXPECT_EQ(Count(pass, "<failure "), 0);

@@ -167,7 +167,7 @@ TEST(ScenarioToJson, EveryShippedScenarioRoundTripsThroughParse) {
 json EveryFieldSet() {
   return json::parse(R"({
     "name": "all", "description": "every field",
-    "model": [{"type": "linear", "in": 3, "out": 4, "bias": false, "unused": [1]},
+    "model": [{"type": "linear", "in": 4, "out": 4, "bias": false, "unused": [1]},
               {"type": "batchnorm1d", "features": 4, "eps": 0.001, "momentum": null, "affine": false,
                "track_running_stats": false},
               {"type": "tanh", "unused": true}, {"type": "dropout", "p": 0.25}, {"type": "relu"},
@@ -175,7 +175,7 @@ json EveryFieldSet() {
               {"type": "linear", "in": 4, "out": 3}],
     "loss": "cross_entropy",
     "init": {"kind": "seed", "seeds": [18446744073709551615, 9007199254740993, 2], "exact": true},
-    "data": {"kind": "classification", "samples": 48, "in_features": 3, "out_features": 3, "seed": 99,
+    "data": {"kind": "classification", "samples": 48, "in_features": 4, "out_features": 3, "seed": 99,
              "exact": true},
     "world": 3, "batch_size": 5,
     "sampler": {"shuffle": false, "seed": 4294967301, "drop_last": true, "set_epoch": false, "uneven_split": true},
@@ -303,7 +303,7 @@ TEST(ParseScenario, ReportsAWrongTypeWithTheValueFound) {
 }
 
 TEST(ParseScenario, RefusesANegativeBucketCap) {
-  EXPECT_EQ(ErrorOf(With(R"("ddp": {"bucket_cap_mb": -1})")), "s.json: /ddp/bucket_cap_mb: must be > 0, got -1");
+  EXPECT_EQ(ErrorOf(With(R"("ddp": {"bucket_cap_mb": -1})")), "s.json: /ddp/bucket_cap_mb: must be in (0, 1048576], got -1");
 }
 
 TEST(ParseScenario, ListsTheLayerTypesForAnUnknownOne) {

@@ -16,15 +16,24 @@ Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process
                 rec.step(idx, xb, yb, loss)              # after optimizer.step()
             sched.step()
 
+Any nn.Module is recorded for the protocol check (its DDP hooks and the float64 reference live in
+ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is a little over 400
+lines: it is the one module users import, holding the recorder and the replay's description of the run.)
+
 Each rank writes OUT_DIR/rank<r>/index.json plus .npy files. An exception inside the `with` block is recorded
 in the index ("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump.
 """
 import json
+import math
 import os
+import sys
 
 import numpy as np
 import torch
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddpcheck_torch_protocol as _protocol  # noqa: E402
 
 FORMAT = "ddpcheck-torch-dump"
 VERSION = 1
@@ -40,7 +49,10 @@ _SCHEDULERS = {
 
 
 class UnsupportedModel(ValueError):
-    """The model uses a module ddpcheck cannot replay."""
+    """The model uses a module ddpcheck cannot replay (it is then recorded for the protocol check only)."""
+
+
+UnsupportedDtype = _protocol.UnsupportedDtype
 
 
 def _layer(i, m):
@@ -80,11 +92,17 @@ def describe_model(module):
 def describe_loss(loss_fn):
     if isinstance(loss_fn, str):
         return loss_fn
+    if loss_fn is nn.functional.mse_loss:
+        return "mse"
+    if loss_fn is nn.functional.cross_entropy:
+        return "cross_entropy"
     if getattr(loss_fn, "reduction", "mean") != "mean":
         raise UnsupportedModel("ddpcheck replays losses with reduction='mean' only")
     if isinstance(loss_fn, nn.MSELoss):
         return "mse"
     if isinstance(loss_fn, nn.CrossEntropyLoss):
+        if loss_fn.weight is not None or loss_fn.ignore_index != -100 or loss_fn.label_smoothing != 0:
+            raise UnsupportedModel("the replay's cross_entropy has no weight, ignore_index or label_smoothing")
         return "cross_entropy"
     raise UnsupportedModel("unsupported loss %s; use nn.MSELoss or nn.CrossEntropyLoss" % type(loss_fn).__name__)
 
@@ -110,6 +128,20 @@ def _optimizer(opt):
     raise UnsupportedModel("unsupported optimizer %s; use SGD, Adam or AdamW" % type(opt).__name__)
 
 
+_GROUP_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "betas", "eps", "amsgrad",
+               "alpha", "centered", "rho", "lr_decay", "initial_accumulator_value", "initial_lr")
+
+
+def _param_groups(opt, index):
+    """Every param group: its hyper-parameters and its parameters as indices in DDP's order."""
+    out = []
+    for g in opt.param_groups:
+        d = {k: (list(g[k]) if k == "betas" else g[k]) for k in _GROUP_KEYS if k in g}
+        d["params"] = [index.get(id(p), -1) for p in g["params"]]
+        out.append(d)
+    return out
+
+
 def _scheduler(s):
     name = type(s).__name__
     if name not in _SCHEDULERS:
@@ -123,13 +155,15 @@ def _scheduler(s):
 
 
 class DdpRecorder:
-    """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast)."""
+    """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast), before the first
+    forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed."""
 
     def __init__(self, ddp_model, optimizer, sampler=None, loss_fn="mse", out_dir="ddpcheck_dump", scaler=None,
-                 schedulers=(), local_init=None, batch_size=None):
+                 schedulers=(), local_init=None, batch_size=None, reference=True):
         import torch.distributed as dist
         self.ddp = ddp_model
         self.module = getattr(ddp_model, "module", ddp_model)
+        _protocol.check_dtypes(self.module)
         self.opt = optimizer
         self.sampler = sampler
         self.scaler = scaler
@@ -138,35 +172,71 @@ class DdpRecorder:
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
         os.makedirs(self.dir, exist_ok=True)
-        self.layers, self.name = describe_model(self.module)
-        self.loss = describe_loss(loss_fn)
-        self.optimizer = _optimizer(optimizer)
-        self.sched = [_scheduler(s) for s in self.schedulers]
+        self.no_replay = []  # why this run can only be checked by protocol
+        self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
+        self.loss = self._describe(lambda: describe_loss(loss_fn), None)
+        self.optimizer = self._describe(lambda: _optimizer(optimizer), None)
+        self.sched = self._describe(lambda: [_scheduler(s) for s in self.schedulers], [])
+        if sampler is None:
+            self.no_replay.append("no DistributedSampler was passed to the recorder (the replay draws its batches)")
         self.batch_size = batch_size
         self.steps = []
         self.error = None
         self.dataset = None
         self.x_rows, self.y_rows = {}, {}
         self.set_epoch_calls = []
+        self._sched_steps = 0
+        self._sched_total = 0
         self._counts = {"ddp": 0, "module": 0}
         self._fwd_buffers = None
-        params = [n for n, _ in self.module.named_parameters()]
+        named = list(self.module.named_parameters())
+        self._pindex = {id(q): i for i, (_, q) in enumerate(named)}
         buffers = [n for n, _ in self.module.named_buffers()]
         self.index = {
             "format": FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world,
             "torch_version": torch.__version__, "model": self.layers, "loss": self.loss,
             "dtype": str(next(self.module.parameters()).dtype).replace("torch.", ""),
-            "params": [{"name": self.name(n), "torch_name": n} for n in params],
+            "params": [{"name": self.name(n), "torch_name": n, "shape": list(q.shape), "numel": q.numel(),
+                        "dtype": str(q.dtype).replace("torch.", ""), "requires_grad": q.requires_grad}
+                       for n, q in named],
             "buffers": [{"name": self.name(n), "torch_name": n} for n in buffers],
             "ddp": self._ddp_options(), "optimizer": self.optimizer, "schedulers": self.sched,
+            "optimizer_type": type(optimizer).__name__.lower(),
+            "param_groups": _param_groups(optimizer, self._pindex),
+            "scheduler_types": [type(s).__name__ for s in self.schedulers],
+            "module_type": type(self.module).__name__,
         }
         self.index["init"] = self._save_state("init", self.module.state_dict())
         if local_init is not None:
             self.index["init_local"] = self._save_state("init_local", local_init)
         if sampler is not None:
             self._wrap_sampler(sampler)
+        for sch in self.schedulers:
+            self._wrap_scheduler(sch)
+        self.ref = _protocol.Reference(self.module, loss_fn) if reference else None
+        self.buckets = _protocol.BucketTap(ddp_model, self._pindex, self.world) if ddp_model is not self.module \
+            else None
+        self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total)
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
                        self.module.register_forward_pre_hook(self._on_module_forward)]
+        if self.ref is not None and self.ref.user_loss is not None:
+            self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
+
+    def _describe(self, fn, fallback):
+        try:
+            return fn()
+        except UnsupportedModel as e:
+            self.no_replay.append(str(e))
+            return fallback
+
+    def _wrap_scheduler(self, sch):
+        original = sch.step
+
+        def step(*args, **kwargs):
+            self._sched_steps += 1
+            self._sched_total += 1
+            return original(*args, **kwargs)
+        sch.step = step
 
     # -- capture -------------------------------------------------------------------------------------------
     def _ddp_options(self):
@@ -189,12 +259,16 @@ class DdpRecorder:
 
     def _on_ddp_forward(self, module, inputs):
         self._counts["ddp"] += 1
+        if self.buckets is not None:
+            self.buckets.arm()
 
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
         self._counts["module"] += 1
         if self._fwd_buffers is None:
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+        if self.ref is not None:
+            self.ref.on_forward(module, inputs)
 
     def _save(self, stem, t):
         path = stem + ".npy"
@@ -208,37 +282,66 @@ class DdpRecorder:
         """The full dataset (rows indexed by the sampler); else it is rebuilt from the recorded batches."""
         self.dataset = (torch.as_tensor(x), torch.as_tensor(y))
 
-    def step(self, batch_indices, xb=None, yb=None, loss=None):
-        """Call once per optimizer step, after optimizer.step() (and scaler.update())."""
+    def step(self, batch_indices=None, xb=None, yb=None, loss=None):
+        """Call once per optimizer step, after optimizer.step() (and scaler.update()). batch_indices: the batch's
+        dataset rows (needed for the replay and the sampler check; without them only the protocol is checked)."""
         s = len(self.steps)
-        idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
-        if self.batch_size is None:
+        if batch_indices is None:
+            idx = torch.zeros(0, dtype=torch.int64)
+            if "rec.step() got no batch indices" not in self.no_replay:
+                self.no_replay.append("rec.step() got no batch indices")
+        else:
+            idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
+        if self.batch_size is None and idx.numel():
             self.batch_size = int(idx.numel())
-        if xb is not None:
+        if xb is not None and idx.numel():
             for i, row in zip(idx.tolist(), torch.as_tensor(xb)):
                 self.x_rows[i] = row.detach().clone()
-        if yb is not None:
+        if yb is not None and idx.numel():
             for i, row in zip(idx.tolist(), torch.as_tensor(yb)):
                 self.y_rows[i] = row.detach().clone()
         p = "s%d" % s
+        opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
+        lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
         rec = {"step": s, "indices": self._save(p + ".indices", idx),
                "epoch": int(getattr(self.sampler, "epoch", 0)) if self.sampler is not None else 0,
                "loss": float(loss.detach()) if torch.is_tensor(loss) else loss,
-               "lr": self.opt.param_groups[0]["lr"],
+               "lr": lrs[0], "lrs": lrs, "optimizer_steps": opt_steps, "scheduler_steps": self._sched_steps,
+               "scheduler_steps_before": self._sched_total if sched_before is None else sched_before,
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"]}
+        self._sched_steps = 0
+        if hyper is not None:
+            rec["groups"] = hyper
         if self._fwd_buffers is not None:
             rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers)
         named = list(self.module.named_parameters())
-        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), q.grad)
-                        for n, q in named if q.grad is not None}
+        grads = {n: (step_grads.get(id(q)) if step_grads is not None else q.grad) for n, q in named}
+        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g)
+                        for n, g in grads.items() if g is not None}
         rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q) for n, q in named}
         rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()))
-        state = {}
+        state, counters = {}, {}
         for n, q in named:
             for key, v in self.opt.state.get(q, {}).items():
-                if torch.is_tensor(v) and key != "step":
+                if key == "step":
+                    counters[self.name(n)] = float(v)
+                elif torch.is_tensor(v):
                     state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (p, key, self.name(n)), v)
         rec["optimizer_state"] = state
+        rec["optimizer_step_counts"] = counters
+        if self.buckets is not None:
+            rec["buckets"] = [{"index": b["index"], "params": b["params"],
+                               "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"]),
+                               "reduced": self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"])
+                               if b["reduced"] is not None else None}
+                              for k, b in enumerate(self.buckets.take())]
+        if self.ref is not None:
+            ref, why = self.ref.compute(yb)
+            if ref is not None:
+                rec["ref_grads"] = {self.name(n): self._save("%s.ref.%s" % (p, self.name(n)), g) for n, g in ref.items()}
+                rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"]})
+            else:
+                rec["ref_note"] = why
         if self.scaler is not None and self.scaler.is_enabled():
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
@@ -253,7 +356,7 @@ class DdpRecorder:
         ix = self.index
         if self.sampler is not None:
             s = self.sampler
-            ix["sampler"] = {"len": len(s.dataset) if hasattr(s, "dataset") else None,
+            ix["sampler"] = {"type": type(s).__name__, "len": len(s.dataset) if hasattr(s, "dataset") else None,
                              "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", 0),
                              "shuffle": bool(getattr(s, "shuffle", False)), "seed": int(getattr(s, "seed", 0)),
                              "drop_last": bool(getattr(s, "drop_last", False)),
@@ -274,11 +377,34 @@ class DdpRecorder:
             ix["dataset"] = {"x": self._save("dataset.x", X), "y": self._save("dataset.y", Y),
                              "complete": len(self.x_rows) == n, "rows_seen": sorted(self.x_rows)}
         ix["steps"] = self.steps
+        self._scheduler_cadence()
+        ix["replay"] = {"possible": not self.no_replay, "reasons": self.no_replay}
+        ix["protocol"] = {"buckets": self.buckets is not None and self.buckets.note is None,
+                          "buckets_note": self.buckets.note if self.buckets is not None else "not wrapped in DDP",
+                          "reference": "float64 recomputation of the user's module and loss"
+                          if self.ref is not None and self.ref.note is None else None,
+                          "reference_note": self.ref.note if self.ref is not None else "reference=False"}
         if self.error is not None:
             ix["error"] = self.error
         with open(os.path.join(self.dir, "index.json.tmp"), "w") as f:
             json.dump(ix, f, indent=1)
         os.replace(os.path.join(self.dir, "index.json.tmp"), os.path.join(self.dir, "index.json"))
+
+    def _scheduler_cadence(self):
+        """The replay steps schedulers once per epoch: any other cadence is checked by protocol only."""
+        if not self.schedulers or not self.steps:
+            return
+        n = len(self.schedulers)
+        per_epoch = None
+        if self.sampler is not None and self.batch_size:
+            per_epoch = max(1, math.ceil(len(self.sampler) / self.batch_size))
+        for st in self.steps:
+            k, s = st["scheduler_steps"], st["step"]
+            if k == 0 or (per_epoch and k == n and s % per_epoch == 0):
+                continue
+            self.no_replay.append("a scheduler was stepped %d time(s) before step %d, not once per epoch; the replay "
+                                  "steps schedulers per epoch (the lr is checked as recorded)" % (k, s))
+            return
 
     def __enter__(self):
         return self

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Recording overhead of tools/ddpcheck_torch.py: seconds per training step of one DDP loop (W ranks, gloo, CPU)
+un-instrumented, recorded with the single-process reference (the default), and recorded without it.
+
+    /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256]
+
+Prints one JSON line per mode with rank 0's median step time and the ratio to the plain loop (target <= 2x).
+The recorder writes every step's tensors to .npy files: the ratio grows with the model's size relative to its
+compute (docs/torch.md, "Overhead").
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ddpcheck_torch  # noqa: E402
+
+
+def loop(rank, args, mode, out):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
+                          nn.Linear(args.width, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    rec = None if mode == "plain" else ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=loss_fn, out_dir=out,
+                                                                   reference=mode == "recorded")
+    g = torch.Generator().manual_seed(rank)
+    times = []
+    for _ in range(args.steps):
+        x, y = torch.randn(args.batch, args.width, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        opt.step()
+        if rec is not None:
+            rec.step(loss=loss)
+        times.append(time.perf_counter() - t0)
+    if rec is not None:
+        rec.close()
+    return statistics.median(times[5:])
+
+
+def worker(rank, args, results):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(args.port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("plain", "recorded", "recorded-no-reference", "plain"):
+            t = loop(rank, args, mode, os.path.join(tmp, mode))
+            if rank == 0:
+                results[mode] = t  # the second "plain" run replaces the first (warm caches)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--port", type=int, default=29600)
+    args = ap.parse_args()
+    results = mp.Manager().dict()
+    mp.spawn(worker, args=(args, results), nprocs=args.world)
+    plain = results["plain"]
+    for mode in ("plain", "recorded", "recorded-no-reference"):
+        print(json.dumps({"mode": mode, "world": args.world, "width": args.width, "batch": args.batch,
+                          "step_s": round(results[mode], 6), "ratio": round(results[mode] / plain, 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+// The model-agnostic protocol check of a recorded torch run (TorchDump): what DDP and the optimizer must do for
+// ANY nn.Module, from what tools/ddpcheck_torch.py records (its comm hook's per-bucket local and reduced
+// gradients, the optimizer's inputs, the float64 single-process reference gradient), without replaying the
+// model. Per step and rank:
+//   sampler     a DistributedSampler's seed, num_replicas and rank agree with the world (sampler-seed-per-rank);
+//   bypass      a rank stepped its optimizer with gradients but DDP reduced no bucket (bypass-ddp);
+//   buckets     bucket assignment and order against torch's algorithm for the parameters and bucket_cap_mb
+//               (core/buckets.h: the initial layout at step 0, one rebuild from ready order after it), the
+//               same on every rank;
+//   mean        every rank's reduced bucket = the mean over ranks of the local buckets, within the rounding of
+//               W summands;
+//   reference   each rank's local gradient against the float64 gradient of its micro-batches, and the reduced
+//               gradient against their mean (the single-process gradient of the global batch), within
+//               64 u (rows + largest parameter + W) max|ref|; a common factor is named (loss-times-world = W,
+//               grad-accum-normalisation = the micro-batch count), a factor on one rank is loss-scale-per-rank;
+//   lr          each group's lr the same on every rank (scheduler-one-rank names the rank that stepped its
+//               scheduler a different number of times), against ddpcheck's own schedulers where every
+//               scheduler is one it knows, stepped once per epoch;
+//   optimizer   the parameters after the step reproduced by core/optimizer.h from the previous step's
+//               parameters and optimizer state, the gradients the optimizer saw and each group's lr (bitwise
+//               for SGD/Adam/AdamW, RMSprop, Adagrad, Adadelta; skip-step names a rank that did not step).
+// Loading reads files (LoadProtocolRecords); the checks are pure functions of the records.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/compare.h"
+#include "core/dump.h"
+#include "core/report.h"
+#include "core/scenario.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace ddpcheck::core {
+
+struct ProtocolBucket {
+  int64_t index = 0;
+  std::vector<int> params;  // parameter indices (DDP's order), in the bucket's layout order
+  Tensor local;             // this rank's flattened gradients before the all-reduce
+  std::optional<Tensor> reduced;  // after it
+};
+
+struct ProtocolStep {
+  int64_t step = 0, epoch = 0;
+  bool buckets_recorded = false;  // the recorder's hook was armed
+  std::vector<ProtocolBucket> buckets;
+  std::map<std::string, Tensor> grads, params;  // grads: what the optimizer saw
+  std::map<std::string, std::map<std::string, Tensor>> opt_state;  // state name -> param -> tensor
+  std::map<std::string, double> opt_counts;  // state['step'] per param
+  std::map<std::string, Tensor> ref_grads;  // float64 reference of this rank's micro-batches
+  std::string ref_note;
+  int64_t ref_rows = 0, microbatches = 0;
+  std::vector<double> lrs;  // each group's lr at the optimizer step
+  std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
+  int64_t optimizer_steps = 1, scheduler_steps = 0;
+  int64_t scheduler_steps_before = 0;  // scheduler.step() calls before this step's optimizer.step()
+  std::vector<int64_t> indices;
+  bool autocast = false;
+};
+
+struct ProtocolRank {
+  int rank = 0;
+  bool failed = false;
+  std::map<std::string, Tensor> init;
+  std::optional<nlohmann::json> sampler;
+  std::vector<ProtocolStep> steps;
+};
+
+struct ProtocolParam {
+  std::string name;
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  bool requires_grad = true;
+};
+
+struct ProtocolGroup {
+  OptimizerSpec spec;
+  double initial_lr = -1;  // group['initial_lr'] set by torch's schedulers; -1 when absent
+  std::vector<int> params;
+};
+
+struct ProtocolRecords {
+  int world = 1;
+  DType dtype = DType::kFloat32;
+  std::vector<ProtocolParam> params;  // DDP's order
+  DdpSpec ddp;
+  bool ddp_wrapped = true;
+  std::string optimizer_type;
+  std::string optimizer_note;  // why the optimizer update is not checked ("" when it is)
+  std::vector<ProtocolGroup> groups;
+  std::vector<SchedulerSpec> schedulers;  // ddpcheck's own description, when every scheduler is known
+  bool schedulers_known = false;
+  int64_t steps_per_epoch = 0;  // from the sampler and batch size; 0 when unknown
+  std::string buckets_note, reference_note;
+  std::vector<ProtocolRank> ranks;
+};
+
+// torch's param-group keys (lr, momentum, dampening, weight_decay, nesterov, maximize, betas, eps, amsgrad,
+// alpha, centered, rho, lr_decay, initial_accumulator_value) as an OptimizerSpec of `type` (torch's class
+// name lower-cased). Invalid names the key and why for an unknown type.
+Status OptimizerSpecFromGroup(const std::string& type, const nlohmann::json& group, OptimizerSpec* out);
+
+// Reads the recorder's protocol records of every rank (index keys and .npy files; docs/torch.md).
+Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out);
+
+struct ProtocolResult {
+  CompareResult result;
+  std::optional<Diagnosis> diagnosis;  // the first finding's BUGS.md pattern, when the evidence names one
+  std::vector<std::string> checked;    // what was checked ("buckets", "reduced = mean of local", ...)
+  std::vector<std::string> skipped;    // what was not, and why
+  std::string reference;               // which single-process reference was used
+};
+
+ProtocolResult CheckProtocol(const ProtocolRecords& records);
+
+// Internal parts of CheckProtocol, one file each (core/dump_protocol_*.cc). A finding adds its mismatch to
+// `out->result` and returns its pattern ("" when none is evident).
+struct ProtocolFinding {
+  Mismatch mismatch;
+  std::string pattern;  // BUGS.md name, "" when the evidence names none
+  std::string explanation;
+  int priority = 0;  // among findings at one step, the lower one is the headline
+};
+void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* findings);
+void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* findings);
+
+}  // namespace ddpcheck::core

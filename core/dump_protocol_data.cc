@@ -1,0 +1,233 @@
+// The data half of CheckProtocol (core/dump_protocol.h): sampler settings, bypass, bucket layout, reduced =
+// mean of local, and the single-process reference gradient.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/buckets.h"
+#include "core/dump_protocol.h"
+#include "core/dump_protocol_util.h"
+#include "core/sampler.h"
+
+namespace ddpcheck::core {
+namespace {
+
+void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  const ProtocolRank* first = nullptr;
+  for (const auto& rank : r.ranks) {
+    if (!rank.sampler) continue;
+    const auto& s = *rank.sampler;
+    if (!first) first = &rank;
+    const int64_t replicas = s.value("num_replicas", int64_t{r.world}), own = s.value("rank", int64_t{rank.rank});
+    const uint64_t seed = s.value("seed", uint64_t{0}), seed0 = first->sampler->value("seed", uint64_t{0});
+    Mismatch m;
+    m.key = {0, Checkpoint::kSampler, "indices", rank.rank};
+    m.kind = "rank-divergent";
+    if (seed != seed0) {
+      m.against = fmt::format("rank {}", first->rank);
+      m.got = static_cast<double>(seed);
+      m.want = static_cast<double>(seed0);
+      m.message = fmt::format("DistributedSampler seed {} on rank {} but {} on rank {}: the ranks' shards overlap",
+                              seed, rank.rank, seed0, first->rank);
+      f->push_back({m, "sampler-seed-per-rank",
+                    fmt::format("rank {} built its DistributedSampler with seed {} while rank {} used {}: each rank "
+                                "permutes differently, so shards overlap and some samples are never seen",
+                                rank.rank, seed, first->rank, seed0), 0});
+    } else if (replicas != r.world || own != rank.rank) {
+      m.against = "the world";
+      m.got = static_cast<double>(own);
+      m.want = rank.rank;
+      m.message = fmt::format("DistributedSampler(num_replicas={}, rank={}) on rank {} of a world of {}", replicas,
+                              own, rank.rank, r.world);
+      f->push_back({m, "", m.message, 0});
+    }
+  }
+  if (first) out->checked.push_back("sampler settings (seed, num_replicas, rank) against the world");
+}
+
+// Each step's batch indices lie in DistributedSampler's shard of this rank for the epoch the sampler was at.
+void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  bool checked = false;
+  for (const auto& rank : r.ranks) {
+    if (!rank.sampler || rank.sampler->value("type", std::string()) != "DistributedSampler") continue;
+    const auto& sm = *rank.sampler;
+    if (!sm.contains("len") || !sm.at("len").is_number_integer()) continue;
+    SamplerConfig cfg;
+    cfg.n = sm.at("len").get<int64_t>();
+    cfg.world = static_cast<int>(sm.value("num_replicas", int64_t{r.world}));
+    cfg.shuffle = sm.value("shuffle", false);
+    cfg.seed = sm.value("seed", uint64_t{0});
+    cfg.drop_last = sm.value("drop_last", false);
+    const int own = static_cast<int>(sm.value("rank", int64_t{rank.rank}));
+    for (const auto& s : rank.steps) {
+      if (s.indices.empty()) continue;
+      cfg.epoch = s.epoch;
+      std::vector<int64_t> shard;
+      if (!ShardIndices(cfg, own, &shard).ok()) break;
+      checked = true;
+      Account(out, Checkpoint::kSampler);
+      const std::set<int64_t> in(shard.begin(), shard.end());
+      auto bad = std::find_if(s.indices.begin(), s.indices.end(), [&](int64_t i) { return !in.count(i); });
+      if (bad == s.indices.end()) continue;
+      Mismatch m;
+      m.key = {s.step, Checkpoint::kSampler, "indices", rank.rank};
+      m.kind = "reference-divergent";
+      m.against = "DistributedSampler's shard";
+      m.got = static_cast<double>(*bad);
+      m.message = fmt::format("row {} of step {} is not in DistributedSampler's shard of rank {} for epoch {}", *bad,
+                              s.step, own, s.epoch);
+      f->push_back({m, "", m.message, 0});
+      break;
+    }
+  }
+  if (checked) out->checked.push_back("each batch inside its rank's DistributedSampler shard for the sampler's epoch");
+}
+
+// A rank that stepped with gradients while DDP reduced no bucket in that step.
+void CheckBypass(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
+  if (!r.ddp_wrapped || !r.buckets_note.empty()) return;
+  for (const auto& rank : r.ranks) {
+    for (const auto& s : rank.steps) {
+      if (!s.buckets_recorded || !s.buckets.empty() || s.grads.empty() || s.optimizer_steps == 0) continue;
+      Mismatch m;
+      m.key = {s.step, Checkpoint::kReduced, s.grads.begin()->first, rank.rank};
+      m.kind = "rank-divergent";
+      m.against = "DDP's all-reduce";
+      m.message = "the optimizer stepped with gradients that DDP never all-reduced (no bucket was reduced)";
+      f->push_back({m, "bypass-ddp",
+                    fmt::format("rank {} ran step {} without DDP reducing any bucket: its forward bypassed the "
+                                "DDP wrapper (model.module.<method>(), or every backward under no_sync), so each "
+                                "rank applied its own local gradient", rank.rank, s.step), 1});
+      break;
+    }
+  }
+}
+
+// Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.
+void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (!r.buckets_note.empty() || !r.ddp_wrapped) {
+    out->skipped.push_back("bucket layout and reduced = mean of local: " +
+                           (r.buckets_note.empty() ? std::string("the model is not wrapped in DDP") : r.buckets_note));
+    return;
+  }
+  std::vector<int> to_recorder;  // DDP's parameter index -> the recorder's
+  std::vector<BucketTensor> tensors;
+  for (size_t i = 0; i < r.params.size(); ++i) {
+    if (!r.params[i].requires_grad) continue;
+    to_recorder.push_back(static_cast<int>(i));
+    tensors.push_back({r.params[i].numel, r.params[i].dtype});
+  }
+  Buckets initial;
+  if (tensors.empty() || !InitialBuckets(tensors, r.ddp, &initial).ok()) return;
+  std::vector<std::vector<int>> want0;
+  for (const auto& b : initial.buckets) {
+    want0.emplace_back();
+    for (int i : b) want0.back().push_back(to_recorder[static_cast<size_t>(i)]);
+  }
+  const std::vector<std::vector<int>>* rank0_layout = nullptr;
+  std::vector<std::vector<std::vector<int>>> layouts;  // per rank, the layout of its last step
+  for (const auto& rank : r.ranks) {
+    for (const auto& s : rank.steps) {
+      const auto layout = BucketLayout(s);
+      if (layout.empty()) continue;
+      std::vector<std::vector<int>> want = want0;
+      if (s.step > 0 && !r.ddp.find_unused_parameters) {  // rebuilt at the 2nd forward from the ready order
+        std::vector<int> ready;
+        for (const auto& b : layout) ready.insert(ready.end(), b.begin(), b.end());
+        std::vector<int> ddp_ready;
+        for (int i : ready) {
+          auto it = std::find(to_recorder.begin(), to_recorder.end(), i);
+          ddp_ready.push_back(it == to_recorder.end() ? -1 : static_cast<int>(it - to_recorder.begin()));
+        }
+        Buckets rebuilt;
+        if (!RebuildBuckets(ddp_ready, tensors, r.ddp, &rebuilt).ok()) {
+          want.clear();
+        } else {
+          want.clear();
+          for (const auto& b : rebuilt.buckets) {
+            want.emplace_back();
+            for (int i : b) want.back().push_back(to_recorder[static_cast<size_t>(i)]);
+          }
+        }
+      }
+      if (layout != want) {
+        Mismatch m;
+        m.key = {s.step, Checkpoint::kBucket, "bucket.params", rank.rank};
+        m.kind = "reference-divergent";
+        m.against = s.step == 0 ? "torch's initial bucket assignment" : "torch's rebuild from the ready order";
+        m.message = fmt::format("buckets {} but torch's algorithm gives {} for bucket_cap_mb={}", LayoutString(layout),
+                                LayoutString(want), r.ddp.bucket_cap_mb);
+        f->push_back({m, "", m.message, 3});
+        break;
+      }
+    }
+    if (!rank.steps.empty()) layouts.push_back(BucketLayout(rank.steps.back()));
+  }
+  for (size_t i = 1; i < layouts.size(); ++i) {
+    if (!rank0_layout) rank0_layout = &layouts[0];
+    if (layouts[i] == *rank0_layout || layouts[i].empty() || rank0_layout->empty()) continue;
+    Mismatch m;
+    m.key = {r.ranks[i].steps.back().step, Checkpoint::kBucket, "bucket.params", r.ranks[i].rank};
+    m.kind = "rank-divergent";
+    m.against = "rank 0";
+    m.message = fmt::format("buckets {} on rank {} but {} on rank 0", LayoutString(layouts[i]), r.ranks[i].rank,
+                            LayoutString(*rank0_layout));
+    f->push_back({m, fmt::format("param-order@{}", r.ranks[i].rank), m.message, 3});
+  }
+  out->checked.push_back("bucket assignment and order against torch's algorithm (initial, then rebuilt)");
+}
+
+// Every rank's reduced bucket = sum over ranks of local * fl(1/W), within W roundings of the summands.
+void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (!r.buckets_note.empty() || !r.ddp_wrapped) return;
+  const double u = UnitRoundoff(r.dtype);
+  const int64_t steps = r.ranks.empty() ? 0 : static_cast<int64_t>(r.ranks[0].steps.size());
+  for (int64_t s = 0; s < steps; ++s) {
+    std::map<std::pair<int64_t, size_t>, std::vector<const ProtocolBucket*>> by_bucket;  // (index, k) -> per rank
+    for (const auto& rank : r.ranks) {
+      if (static_cast<int64_t>(rank.steps.size()) <= s) continue;
+      std::map<int64_t, size_t> seen;
+      for (const auto& b : rank.steps[static_cast<size_t>(s)].buckets) by_bucket[{b.index, seen[b.index]++}].push_back(&b);
+    }
+    for (const auto& [key, per_rank] : by_bucket) {
+      if (static_cast<int>(per_rank.size()) != r.world) continue;  // a rank that bypassed: CheckBypass
+      const size_t n = per_rank[0]->local.data.size();
+      std::vector<double> want(n, 0.0), budget(n, 0.0);
+      const double inv = static_cast<double>(static_cast<float>(1.0 / r.world));
+      for (const auto* b : per_rank) {
+        if (b->local.data.size() != n) continue;
+        for (size_t i = 0; i < n; ++i) {
+          want[i] += b->local.data[i] * (r.dtype == DType::kFloat32 ? inv : 1.0 / r.world);
+          budget[i] += std::abs(b->local.data[i]) / r.world;
+        }
+      }
+      for (auto& b : budget) b = 4.0 * (r.world + 1) * u * b + 1e-300;
+      for (size_t k = 0; k < per_rank.size(); ++k) {
+        if (!per_rank[k]->reduced) continue;
+        const TraceKey tk{s, Checkpoint::kReduced, fmt::format("bucket{}", key.first), r.ranks[k].rank};
+        if (auto m = CompareElementwise(tk, per_rank[k]->reduced->data, want, budget, "mean of the ranks' local buckets")) {
+          m->message = fmt::format("reduced bucket {} is not the mean of the ranks' local gradients", key.first);
+          f->push_back({*m, "", m->message, 2});
+        }
+        Account(out, Checkpoint::kReduced);
+      }
+    }
+  }
+  out->checked.push_back("reduced bucket = mean over ranks of the local buckets (within W roundings)");
+}
+
+}  // namespace
+
+void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckSampler(r, out, f);
+  CheckShards(r, out, f);
+  CheckBypass(r, f);
+  CheckBuckets(r, out, f);
+  CheckMean(r, out, f);
+  CheckReference(r, out, f);
+}
+
+}  // namespace ddpcheck::core

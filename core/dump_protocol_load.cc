@@ -1,0 +1,192 @@
+// LoadProtocolRecords: the recorder's protocol records (index keys + .npy files) as ProtocolRecords.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/dump_protocol.h"
+#include "core/npy.h"
+#include "core/optimizer.h"
+
+namespace ddpcheck::core {
+namespace {
+
+// j[key] as a string; "" when absent or null (the recorder writes null for "none").
+std::string Str(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>() : std::string();
+}
+
+Status LoadFiles(const std::string& dir, const nlohmann::json& files, std::map<std::string, Tensor>* out) {
+  for (const auto& [name, file] : files.items()) {
+    if (!file.is_string()) continue;
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file.get<std::string>(), &(*out)[name]));
+  }
+  return Status::Ok();
+}
+
+Status LoadStep(const std::string& dir, const std::string& type, const nlohmann::json& st, ProtocolStep* s) {
+  s->step = st.at("step").get<int64_t>();
+  s->epoch = st.value("epoch", int64_t{0});
+  s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
+                              : std::vector<double>{st.at("lr").get<double>()};
+  s->optimizer_steps = st.value("optimizer_steps", int64_t{1});
+  s->scheduler_steps = st.value("scheduler_steps", int64_t{0});
+  s->scheduler_steps_before = st.value("scheduler_steps_before", int64_t{0});
+  s->ref_rows = st.value("ref_rows", int64_t{0});
+  s->microbatches = st.value("microbatches", int64_t{0});
+  s->autocast = st.value("autocast", false);
+  s->ref_note = Str(st, "ref_note");
+  for (const auto& g : st.value("groups", nlohmann::json::array())) {
+    OptimizerSpec spec;
+    if (!OptimizerSpecFromGroup(type, g, &spec).ok()) {
+      s->groups.clear();
+      break;
+    }
+    s->groups.push_back(spec);
+  }
+  DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("grads"), &s->grads));
+  DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("params"), &s->params));
+  if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("ref_grads"), &s->ref_grads));
+  const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // keep it alive
+  for (const auto& [state, files] : optimizer_state.items()) {
+    DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, files, &s->opt_state[state]));
+  }
+  s->opt_counts = st.value("optimizer_step_counts", std::map<std::string, double>{});
+  Tensor idx;
+  DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + st.at("indices").get<std::string>(), &idx));
+  for (double v : idx.data) s->indices.push_back(static_cast<int64_t>(v));
+  s->buckets_recorded = st.contains("buckets");
+  const nlohmann::json buckets = st.value("buckets", nlohmann::json::array());
+  for (const auto& b : buckets) {
+    ProtocolBucket pb;
+    pb.index = b.at("index").get<int64_t>();
+    pb.params = b.at("params").get<std::vector<int>>();
+    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + b.at("local").get<std::string>(), &pb.local));
+    if (b.contains("reduced") && b.at("reduced").is_string()) {
+      Tensor t;
+      DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + b.at("reduced").get<std::string>(), &t));
+      pb.reduced = std::move(t);
+    }
+    s->buckets.push_back(std::move(pb));
+  }
+  return Status::Ok();
+}
+
+// ddpcheck's own description of every scheduler, when the recorder could give one (index "schedulers").
+bool KnownSchedulers(const nlohmann::json& ix, std::vector<SchedulerSpec>* out) {
+  const auto types = ix.value("scheduler_types", std::vector<std::string>{});
+  const nlohmann::json known = ix.contains("schedulers") ? ix.at("schedulers") : nlohmann::json::array();
+  if (!known.is_array() || known.size() != types.size()) return false;
+  for (const auto& j : known) {
+    SchedulerSpec sc;
+    sc.type = j.at("type");
+    sc.step_size = j.value("step_size", int64_t{1});
+    sc.milestones = j.value("milestones", std::vector<int64_t>{});
+    sc.gamma = j.value("gamma", 0.1);
+    sc.t_max = j.value("t_max", int64_t{1});
+    sc.eta_min = j.value("eta_min", 0.0);
+    sc.start_factor = j.value("start_factor", 1.0 / 3.0);
+    sc.end_factor = j.value("end_factor", 1.0);
+    sc.total_iters = j.value("total_iters", int64_t{5});
+    out->push_back(sc);
+  }
+  return true;
+}
+
+}  // namespace
+
+Status OptimizerSpecFromGroup(const std::string& type, const nlohmann::json& g, OptimizerSpec* out) {
+  OptimizerSpec s;
+  s.type = type;
+  s.lr = g.value("lr", 0.0);
+  s.momentum = g.value("momentum", 0.0);
+  s.dampening = g.value("dampening", 0.0);
+  s.weight_decay = g.value("weight_decay", 0.0);
+  s.nesterov = g.value("nesterov", false);
+  s.maximize = g.value("maximize", false);
+  s.eps = g.value("eps", 1e-8);
+  if (g.contains("betas")) {
+    s.beta1 = g.at("betas").at(0).get<double>();
+    s.beta2 = g.at("betas").at(1).get<double>();
+  }
+  s.amsgrad = g.value("amsgrad", false);
+  s.alpha = g.value("alpha", 0.99);
+  s.centered = g.value("centered", false);
+  s.rho = g.value("rho", 0.9);
+  s.lr_decay = g.value("lr_decay", 0.0);
+  s.initial_accumulator_value = g.value("initial_accumulator_value", 0.0);
+  DDPCHECK_RETURN_IF_ERROR(ValidateOptimizerSpec(s));
+  *out = s;
+  return Status::Ok();
+}
+
+Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
+  *out = ProtocolRecords();
+  const nlohmann::json& ix = dump.ranks.at(0).index;
+  const std::string where = dump.dir + "/rank0/index.json";
+  try {
+    out->world = dump.world;
+    ParseDType(ix.value("dtype", std::string("float32")), &out->dtype);
+    for (const auto& p : ix.at("params")) {
+      ProtocolParam pp;
+      pp.name = p.at("name").get<std::string>();
+      pp.numel = p.value("numel", int64_t{-1});
+      ParseDType(p.value("dtype", ix.value("dtype", std::string("float32"))), &pp.dtype);
+      pp.requires_grad = p.value("requires_grad", true);
+      out->params.push_back(pp);
+    }
+    const auto& ddp = ix.at("ddp");
+    out->ddp.bucket_cap_mb = ddp.value("bucket_cap_mb", 25.0);
+    out->ddp.find_unused_parameters = ddp.value("find_unused_parameters", false);
+    out->ddp.broadcast_buffers = ddp.value("broadcast_buffers", true);
+    out->ddp_wrapped = ddp.value("wrapped", true);
+    out->optimizer_type = Str(ix, "optimizer_type");
+    if (out->optimizer_type.empty() && ix.contains("optimizer")) out->optimizer_type = Str(ix.at("optimizer"), "type");
+    for (const auto& g : ix.value("param_groups", nlohmann::json::array())) {
+      ProtocolGroup pg;
+      Status st = OptimizerSpecFromGroup(out->optimizer_type, g, &pg.spec);
+      if (!st.ok()) {
+        out->optimizer_note = "optimizer update not checked: " + st.message();
+        out->groups.clear();
+        break;
+      }
+      pg.params = g.at("params").get<std::vector<int>>();
+      pg.initial_lr = g.value("initial_lr", -1.0);
+      out->groups.push_back(pg);
+    }
+    if (!ix.contains("param_groups")) out->optimizer_note = "optimizer update not checked: no param_groups recorded";
+    out->schedulers_known = KnownSchedulers(ix, &out->schedulers);
+    const auto& protocol = ix.value("protocol", nlohmann::json::object());
+    out->buckets_note = Str(protocol, "buckets_note");
+    out->reference_note = Str(protocol, "reference_note");
+    const auto sm = ix.value("sampler", nlohmann::json::object());
+    const int64_t batch = ix.value("batch_size", nlohmann::json()).is_number_integer() ? ix.at("batch_size").get<int64_t>() : 0;
+    if (sm.contains("len") && sm.at("len").is_number_integer() && batch > 0) {
+      const int64_t n = sm.at("len").get<int64_t>(), w = dump.world;
+      const int64_t per_rank = sm.value("drop_last", false) && n % w ? n / w : (n + w - 1) / w;
+      out->steps_per_epoch = (per_rank + batch - 1) / batch;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Invalid(where + ": malformed protocol records: " + e.what());
+  }
+  for (const auto& r : dump.ranks) {
+    ProtocolRank pr;
+    pr.rank = r.rank;
+    pr.failed = r.failed;
+    try {
+      DDPCHECK_RETURN_IF_ERROR(LoadFiles(r.dir, r.index.at("init"), &pr.init));
+      if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
+      for (const auto& st : r.index.at("steps")) {
+        ProtocolStep s;
+        DDPCHECK_RETURN_IF_ERROR(LoadStep(r.dir, out->optimizer_type, st, &s));
+        pr.steps.push_back(std::move(s));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      return Status::Invalid(r.dir + "/index.json: malformed protocol records: " + e.what());
+    }
+    out->ranks.push_back(std::move(pr));
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddpcheck::core

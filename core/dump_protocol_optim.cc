@@ -1,0 +1,182 @@
+// The optimizer half of CheckProtocol: each group's lr (the same on every rank; ddpcheck's own schedulers where
+// every scheduler is one it knows) and the optimizer update reproduced by core/optimizer.h from the previous
+// step's parameters and state, the gradients the optimizer saw and the group's lr.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/dump_protocol.h"
+#include "core/dump_protocol_util.h"
+#include "core/lr_scheduler.h"
+#include "core/optimizer.h"
+
+namespace ddpcheck::core {
+namespace {
+
+const Tensor* Get(const std::map<std::string, Tensor>& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+template <typename T>
+std::vector<T> As(const Tensor* t) {
+  return t ? std::vector<T>(t->data.begin(), t->data.end()) : std::vector<T>{};
+}
+
+template <typename T>
+ParamState<T> StateOf(const ProtocolStep* prev, const std::string& name) {
+  ParamState<T> st;
+  if (!prev) return st;
+  auto get = [&](const char* key) -> const Tensor* {
+    auto it = prev->opt_state.find(key);
+    return it == prev->opt_state.end() ? nullptr : Get(it->second, name);
+  };
+  st.momentum_buffer = As<T>(get("momentum_buffer"));
+  st.exp_avg = As<T>(get("exp_avg"));
+  st.exp_avg_sq = As<T>(get("exp_avg_sq"));
+  st.max_exp_avg_sq = As<T>(get("max_exp_avg_sq"));
+  st.square_avg = As<T>(get("square_avg"));
+  st.grad_avg = As<T>(get("grad_avg"));
+  st.acc_delta = As<T>(get("acc_delta"));
+  st.sum = As<T>(get("sum"));
+  auto c = prev->opt_counts.find(name);
+  st.step = c == prev->opt_counts.end() ? 0.0f : static_cast<float>(c->second);
+  return st;
+}
+
+// The parameter after one step, from the state before it; nullopt when it cannot be formed.
+template <typename T>
+std::vector<double> Stepped(const OptimizerSpec& spec, double lr, const Tensor& before, const Tensor* grad,
+                            const ProtocolStep* prev, const std::string& name) {
+  std::vector<T> p(before.data.begin(), before.data.end());
+  if (grad && grad->data.size() == p.size()) {
+    std::vector<T> g(grad->data.begin(), grad->data.end());
+    ParamState<T> st = StateOf<T>(prev, name);
+    OptimizerStep<T>(spec, lr, p.data(), g.data(), static_cast<int64_t>(p.size()), &st);
+  }
+  return std::vector<double>(p.begin(), p.end());
+}
+
+void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
+  for (size_t s = 0; s < steps; ++s) {
+    const ProtocolStep& s0 = r.ranks[0].steps[s];
+    for (const auto& rank : r.ranks) {
+      if (rank.steps.size() <= s || rank.steps[s].lrs == s0.lrs) continue;
+      const ProtocolStep& st = rank.steps[s];
+      size_t g = 0;
+      while (g < st.lrs.size() && g < s0.lrs.size() && st.lrs[g] == s0.lrs[g]) ++g;
+      Mismatch m;
+      m.key = {st.step, Checkpoint::kLr, g == 0 ? "lr" : fmt::format("lr.group{}", g), rank.rank};
+      m.kind = "rank-divergent";
+      m.against = "rank 0";
+      m.got = g < st.lrs.size() ? st.lrs[g] : 0;
+      m.want = g < s0.lrs.size() ? s0.lrs[g] : 0;
+      const bool sched = st.scheduler_steps_before != s0.scheduler_steps_before;
+      m.message = fmt::format("lr {} on rank {} but {} on rank 0", m.got, rank.rank, m.want);
+      f->push_back({m, sched ? fmt::format("scheduler-one-rank@{}", rank.rank) : "",
+                    sched ? fmt::format("rank {} had stepped its lr scheduler {} times and rank 0 {} times: the "
+                                        "scheduler runs on one rank only", rank.rank, st.scheduler_steps_before,
+                                        s0.scheduler_steps_before)
+                          : m.message, 5});
+    }
+  }
+  out->checked.push_back("each param group's lr identical on every rank");
+  if (!r.schedulers_known || r.schedulers.empty()) {
+    out->skipped.push_back(r.schedulers.empty() && r.schedulers_known
+                               ? "lr schedule: no scheduler given to the recorder (lr checked as recorded)"
+                               : "lr schedule: a scheduler ddpcheck does not know (lr checked as recorded)");
+    return;
+  }
+  const size_t n = r.schedulers.size();
+  for (size_t gi = 0; gi < r.groups.size(); ++gi) {
+    const double base = r.groups[gi].initial_lr;
+    if (base < 0 || !ValidateSchedulerSpecs(r.schedulers)) return;
+    for (const auto& st : r.ranks[0].steps) {
+      if (st.scheduler_steps_before % static_cast<int64_t>(n) != 0 || gi >= st.lrs.size()) continue;
+      LrSchedule sched(base, r.schedulers);
+      for (int64_t k = 0; k < st.scheduler_steps_before / static_cast<int64_t>(n); ++k) sched.Step();
+      const double want = sched.lr(), got = st.lrs[gi];
+      Account(out, Checkpoint::kLr);
+      if (std::abs(got - want) <= 1e-12 * std::abs(want)) continue;
+      Mismatch m;
+      m.key = {st.step, Checkpoint::kLr, gi == 0 ? "lr" : fmt::format("lr.group{}", gi), r.ranks[0].rank};
+      m.kind = "reference-divergent";
+      m.against = "ddpcheck's schedulers";
+      m.got = got;
+      m.want = want;
+      m.message = fmt::format("lr {} after {} scheduler steps; ddpcheck's schedulers give {}", got,
+                              st.scheduler_steps_before / static_cast<int64_t>(n), want);
+      f->push_back({m, "", m.message, 5});
+      break;
+    }
+  }
+  out->checked.push_back("lr against ddpcheck's schedulers after the recorded number of scheduler steps");
+}
+
+}  // namespace
+
+bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs) {
+  for (const auto& s : specs) if (!ValidateSchedulerSpec(s).ok()) return false;
+  return true;
+}
+
+void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckLr(r, out, f);
+  if (!r.optimizer_note.empty() || r.groups.empty()) {
+    out->skipped.push_back(r.optimizer_note.empty() ? "optimizer update: no param groups" : r.optimizer_note);
+    return;
+  }
+  const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
+  for (size_t s = 0; s < steps; ++s) {  // a rank that skipped the optimizer step others took
+    for (const auto& rank : r.ranks) {
+      if (rank.steps.size() <= s || rank.steps[s].optimizer_steps == r.ranks[0].steps[s].optimizer_steps) continue;
+      const ProtocolStep& st = rank.steps[s];
+      Mismatch m;
+      m.key = {st.step, Checkpoint::kParams, r.params.empty() ? "" : r.params[0].name, rank.rank};
+      m.kind = "rank-divergent";
+      m.against = "rank 0";
+      m.got = static_cast<double>(st.optimizer_steps);
+      m.want = static_cast<double>(r.ranks[0].steps[s].optimizer_steps);
+      m.message = fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank 0", st.optimizer_steps,
+                              rank.rank, r.ranks[0].steps[s].optimizer_steps);
+      const int skipper = st.optimizer_steps < r.ranks[0].steps[s].optimizer_steps ? rank.rank : r.ranks[0].rank;
+      f->push_back({m, fmt::format("skip-step@{}", skipper), m.message + ": one rank skipped the step", 1});
+    }
+  }
+  for (const auto& rank : r.ranks) {
+    for (size_t s = 0; s < rank.steps.size(); ++s) {
+      const ProtocolStep& st = rank.steps[s];
+      const ProtocolStep* prev = s == 0 ? nullptr : &rank.steps[s - 1];
+      if (st.optimizer_steps > 1) continue;
+      bool reported = false;
+      for (size_t gi = 0; gi < r.groups.size() && !reported; ++gi) {
+        const double lr = gi < st.lrs.size() ? st.lrs[gi] : r.groups[gi].spec.lr;
+        for (int pi : r.groups[gi].params) {
+          if (pi < 0 || static_cast<size_t>(pi) >= r.params.size()) continue;
+          const std::string& name = r.params[static_cast<size_t>(pi)].name;
+          const Tensor* before = prev ? Get(prev->params, name) : Get(rank.init, name);
+          const Tensor* after = Get(st.params, name);
+          if (!before || !after) continue;
+          const Tensor* grad = st.optimizer_steps == 0 ? nullptr : Get(st.grads, name);
+          const OptimizerSpec& spec = gi < st.groups.size() ? st.groups[gi] : r.groups[gi].spec;
+          const std::vector<double> want = r.dtype == DType::kFloat64
+                                               ? Stepped<double>(spec, lr, *before, grad, prev, name)
+                                               : Stepped<float>(spec, lr, *before, grad, prev, name);
+          Account(out, Checkpoint::kParams);
+          auto m = CompareElementwise({st.step, Checkpoint::kParams, name, rank.rank}, after->data, want,
+                                      std::vector<double>(want.size(), 0.0), "the optimizer update (core/optimizer.h)");
+          if (!m) continue;
+          m->message = fmt::format("{} after the step is not {}'s update of the previous parameters with the recorded "
+                                   "gradient, state and lr {}", name, r.optimizer_type, lr);
+          f->push_back({*m, "", m->message, 6});
+          reported = true;
+          break;
+        }
+      }
+    }
+  }
+  out->checked.push_back("optimizer update (" + r.optimizer_type + ") reproduced bitwise from state, grads and lr");
+}
+
+}  // namespace ddpcheck::core

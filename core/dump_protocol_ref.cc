@@ -1,0 +1,197 @@
+// The single-process reference check of CheckProtocol: each rank's local gradient against the float64 gradient
+// of its micro-batches (recomputed by the recorder on a float64 copy of the user's module and loss from the
+// step's starting state), and the reduced gradient against their mean over ranks: the gradient of the global
+// batch, with BatchNorm statistics per rank shard as under DDP.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/dump_protocol.h"
+#include "core/dump_protocol_util.h"
+
+namespace ddpcheck::core {
+namespace {
+
+constexpr double kSafety = 64.0;
+// A common factor f is named when every rank's least-squares scale c lies within kFactorTol * f of f.
+constexpr double kFactorTol = 0.02;
+// Under autocast the element-wise bound (with bfloat16's u) is vacuous; the scale must then lie within this.
+constexpr double kAutocastScaleTol = 0.1;
+
+using Grads = std::map<std::string, std::vector<double>>;
+
+// Per parameter: the last hook call's slice of `reduced` (or local) buckets; params without one are absent.
+Grads FromBuckets(const ProtocolRecords& r, const ProtocolStep& s, bool reduced) {
+  Grads out;
+  for (const auto& b : s.buckets) {
+    const Tensor* t = reduced ? (b.reduced ? &*b.reduced : nullptr) : &b.local;
+    if (!t) continue;
+    size_t offset = 0;
+    for (int i : b.params) {
+      if (i < 0 || static_cast<size_t>(i) >= r.params.size()) break;
+      const auto n = static_cast<size_t>(r.params[static_cast<size_t>(i)].numel);
+      if (offset + n > t->data.size()) break;
+      out[r.params[static_cast<size_t>(i)].name].assign(t->data.begin() + static_cast<long>(offset),
+                                                       t->data.begin() + static_cast<long>(offset + n));
+      offset += n;
+    }
+  }
+  return out;
+}
+
+Grads FromMap(const std::map<std::string, Tensor>& m) {
+  Grads out;
+  for (const auto& [k, t] : m) out[k] = t.data;
+  return out;
+}
+
+// <got, ref> / <ref, ref> over every parameter both hold: the factor a scaling mistake multiplies by.
+double Scale(const Grads& got, const Grads& ref) {
+  double num = 0, den = 0;
+  for (const auto& [k, w] : ref) {
+    auto it = got.find(k);
+    if (it == got.end() || it->second.size() != w.size()) continue;
+    for (size_t i = 0; i < w.size(); ++i) {
+      num += it->second[i] * w[i];
+      den += w[i] * w[i];
+    }
+  }
+  return den > 0 ? num / den : 1.0;
+}
+
+struct Side {
+  std::optional<Mismatch> first;
+  double scale = 1;
+};
+
+// Every parameter of `got` against `ref`, budget kSafety * u * terms * max|ref| where max|ref| is over the whole
+// gradient: a parameter whose exact gradient vanishes (a bias before BatchNorm) still carries rounding noise of
+// the size of the gradients around it. Autocast: the scale only.
+Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, const Grads& got, const Grads& ref,
+             int64_t terms, bool autocast, ProtocolResult* out) {
+  Side side;
+  side.scale = Scale(got, ref);
+  const double u = UnitRoundoff(r.dtype);
+  double scale = 0;
+  for (const auto& [name, w] : ref) {
+    for (double v : w) scale = std::max(scale, std::abs(v));
+  }
+  for (const auto& [name, w] : ref) {
+    auto it = got.find(name);
+    if (it == got.end() || it->second.size() != w.size()) continue;
+    Account(out, c);
+    const double b = autocast ? std::numeric_limits<double>::infinity()
+                              : kSafety * u * static_cast<double>(terms) * std::max(scale, 1e-30);
+    auto m = CompareElementwise({step, c, name, rank}, it->second, w, std::vector<double>(w.size(), b),
+                                "single-process float64 reference");
+    if (m && !side.first) side.first = m;
+  }
+  if (!side.first && autocast && std::abs(side.scale - 1) > kAutocastScaleTol && !ref.empty()) {
+    Mismatch m;
+    m.key = {step, c, ref.begin()->first, rank};
+    m.kind = "reference-divergent";
+    m.against = "single-process float64 reference";
+    m.ratio = side.scale;
+    side.first = m;
+  }
+  if (side.first) side.first->ratio = side.scale;
+  return side;
+}
+
+bool Near(double c, double f, bool autocast) { return std::abs(c - f) <= (autocast ? 0.05 : kFactorTol) * f; }
+
+}  // namespace
+
+void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  int64_t max_numel = 0;
+  for (const auto& p : r.params) max_numel = std::max(max_numel, p.numel);
+  std::string missing;
+  bool any = false;
+  const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<Side> local;
+    std::vector<int> ranks;
+    Grads mean;
+    int64_t rows = 0, micro = 0;
+    bool autocast = false, complete = true;
+    for (const auto& rank : r.ranks) {
+      if (rank.steps.size() <= s) { complete = false; continue; }
+      const ProtocolStep& st = rank.steps[s];
+      if (st.ref_grads.empty()) {
+        if (missing.empty()) missing = fmt::format("step {} rank {}: {}", st.step, rank.rank, st.ref_note);
+        complete = false;
+        continue;
+      }
+      any = true;
+      autocast = autocast || st.autocast;
+      micro = std::max(micro, st.microbatches);
+      const Grads ref = FromMap(st.ref_grads);
+      for (const auto& [k, v] : ref) {
+        auto& acc = mean[k];
+        acc.resize(v.size(), 0.0);
+        for (size_t i = 0; i < v.size(); ++i) acc[i] += v[i] / r.world;
+      }
+      rows += st.ref_rows;
+      const Grads got = st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
+      local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
+                              st.ref_rows + max_numel + r.world, st.autocast, out));
+      ranks.push_back(rank.rank);
+    }
+    if (local.empty()) continue;
+    const int64_t step = r.ranks[0].steps[s].step;
+    std::vector<size_t> bad;
+    for (size_t i = 0; i < local.size(); ++i) if (local[i].first) bad.push_back(i);
+    if (!bad.empty()) {
+      const bool all = bad.size() == local.size() && complete;
+      auto every_near = [&](double factor) {
+        return std::all_of(local.begin(), local.end(), [&](const Side& x) { return Near(x.scale, factor, autocast); });
+      };
+      ProtocolFinding fi{*local[bad[0]].first, "", "", 4};
+      // With accumulation (micro > 1) a factor equal to the window is read as the window's (when W equals the
+      // window, the evidence cannot tell the two apart; the accumulation is the one the dump shows).
+      if (all && micro > 1 && (every_near(static_cast<double>(micro)) || every_near(1.0 / micro))) {
+        fi.pattern = "grad-accum-normalisation";
+        fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: the "
+                                     "accumulated micro-batch losses were not divided by the window",
+                                     local[0].scale, micro);
+      } else if (all && r.world > 1 && every_near(r.world)) {
+        fi.pattern = "loss-times-world";
+        fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
+                                     "batch = W: the loss was multiplied by the world size (DDP already averages)",
+                                     local[0].scale);
+      } else if (!all || std::any_of(local.begin(), local.end(), [&](const Side& x) { return !x.first; })) {
+        size_t worst = bad[0];
+        for (size_t i : bad) if (std::abs(local[i].scale - 1) > std::abs(local[worst].scale - 1)) worst = i;
+        fi.mismatch = *local[worst].first;
+        fi.pattern = fmt::format("loss-scale-per-rank@{}", ranks[worst]);
+        fi.explanation = fmt::format("rank {}'s local gradient is {:.4g} x the single-process gradient of its batch "
+                                     "while other ranks' match: that rank scales its loss differently",
+                                     ranks[worst], local[worst].scale);
+      } else {
+        fi.explanation = fmt::format("the local gradients differ from the single-process float64 gradient of the "
+                                     "same batch (scale {:.4g}); no common factor", local[0].scale);
+      }
+      f->push_back(fi);
+      continue;
+    }
+    if (!complete) continue;
+    // The reduced gradient against the single-process gradient of the global batch (rank 0's copy).
+    const ProtocolStep& st0 = r.ranks[0].steps[s];
+    const Grads reduced = st0.buckets.empty() ? FromMap(st0.grads) : FromBuckets(r, st0, true);
+    Side red = Compare(r, step, Checkpoint::kReduced, r.ranks[0].rank, reduced, mean, rows + max_numel + r.world,
+                       autocast, out);
+    if (red.first) {
+      f->push_back({*red.first, "", fmt::format("the reduced gradient is {:.4g} x the single-process gradient of "
+                                                "the global batch", red.scale), 4});
+    }
+  }
+  if (any) {
+    out->reference = "float64 recomputation of the user's module and loss on each rank's micro-batches (recorder)";
+    out->checked.push_back("local and reduced gradients against the single-process float64 gradient");
+  }
+  if (!missing.empty()) out->skipped.push_back("single-process reference at " + missing);
+  if (!any && missing.empty()) out->skipped.push_back("single-process reference: " + (r.reference_note.empty() ? "not recorded" : r.reference_note));
+}
+
+}  // namespace ddpcheck::core

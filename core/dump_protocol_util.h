@@ -1,0 +1,29 @@
+// Helpers shared by the core/dump_protocol_*.cc files (not a public interface).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dump_protocol.h"
+
+namespace ddpcheck::core {
+
+// The bucket layout a step's hook calls show: bucket b's parameter indices, by bucket index (first call of each).
+std::vector<std::vector<int>> BucketLayout(const ProtocolStep& s);
+std::string LayoutString(const std::vector<std::vector<int>>& layout);  // "[[3, 2], [1, 0]]"
+
+// The worst element of `got` beyond its budget (nullopt when every element is within), as a Mismatch at `key`.
+std::optional<Mismatch> CompareElementwise(const TraceKey& key, const std::vector<double>& got,
+                                           const std::vector<double>& want, const std::vector<double>& budget,
+                                           const std::string& against);
+// One tensor compared at checkpoint c (CompareResult::stats).
+void Account(ProtocolResult* out, Checkpoint c);
+
+// Whether every spec passes ValidateSchedulerSpec.
+bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs);
+
+// The single-process reference check (core/dump_protocol_ref.cc).
+void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+
+}  // namespace ddpcheck::core

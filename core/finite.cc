@@ -1,0 +1,39 @@
+#include "core/finite.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace ddpcheck::core {
+
+namespace {
+
+bool ExemptUnderOverflow(Checkpoint c) {
+  return c == Checkpoint::kLoss || c == Checkpoint::kLocalGrad || c == Checkpoint::kBucket ||
+         c == Checkpoint::kReduced || c == Checkpoint::kUnscaled;
+}
+
+}  // namespace
+
+Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps) {
+  std::set<int64_t> overflow = overflow_steps;
+  for (const auto& [key, value] : t.records()) {
+    if (key.checkpoint != Checkpoint::kScaler || key.tensor != "found_inf") continue;
+    for (double v : value.data) {
+      if (v != 0) overflow.insert(key.step);
+    }
+  }
+  for (const auto& [key, value] : t.records()) {
+    if (ExemptUnderOverflow(key.checkpoint) && overflow.count(key.step)) continue;
+    for (size_t i = 0; i < value.data.size(); ++i) {
+      if (std::isfinite(value.data[i])) continue;
+      return Status::Mismatch(fmt::format("{}: non-finite value in {} ({}) at step {}, rank {}: {} at flat index {}",
+                                          source, key.tensor, CheckpointName(key.checkpoint), key.step,
+                                          key.rank == kAllRanks ? std::string("all") : std::to_string(key.rank),
+                                          value.data[i], i));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddpcheck::core

@@ -1,0 +1,255 @@
+#include "reference/step_local.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "core/train_loop.h"
+#include "reference/error_bounds.h"
+#include "reference/trainer.h"
+
+namespace ddpcheck::ref {
+
+namespace {
+
+using core::Checkpoint;
+using core::Tensor;
+
+const char* const kOptStates[] = {"momentum_buffer", "exp_avg", "exp_avg_sq"};
+
+// The recorded value of (step, c, name): the shared record, else rank 0's.
+const Tensor* Recorded(const core::Trace& t, int64_t step, Checkpoint c, const std::string& name) {
+  if (const Tensor* v = t.Find({step, c, name, core::kAllRanks})) return v;
+  return t.Find({step, c, name, 0});
+}
+
+Tensor AsTensor(const std::vector<double>& v, const std::vector<int64_t>& shape) {
+  return Tensor(core::DType::kFloat64, shape, v);
+}
+
+// What the hooks accumulate within one step.
+struct StepBounds {
+  std::mutex mu;
+  bool ok = true;                                         // every micro-batch had rules
+  std::map<int, std::vector<std::vector<double>>> grad;   // rank -> per param accumulated bound
+  std::map<int, std::vector<std::vector<double>>> gval;   // rank -> per param local grad (last micro-batch)
+  std::map<int, std::vector<std::vector<double>>> buf;    // rank -> per buffer bound
+  std::map<int, std::vector<double>> loss;                // rank -> per micro-batch loss bound
+};
+
+class Replayer {
+ public:
+  Replayer(const core::Scenario& s, const core::Trace& recorded, core::Trace* bounds)
+      : s_(s), rec_(recorded), bounds_(bounds),
+        u_(core::UnitRoundoff(s.precision) + core::UnitRoundoff(core::DType::kFloat64)) {}
+
+  StepHooks<double> Hooks() {
+    StepHooks<double> h;
+    h.load_state = [this](int64_t step, Model<double>* m, std::vector<core::ParamState<double>>* st) {
+      return Load(step, m, st);
+    };
+    h.after_backward = [this](int64_t step, int rank, int64_t micro, const Model<double>& w, const Matrix<double>& x,
+                              const Tensor& y) { AfterBackward(step, rank, micro, w, x, y); };
+    h.before_optimizer = [this](int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st,
+                                double lr) { BeforeOptimizer(step, m, st, lr); };
+    h.after_step = [this](int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st) {
+      RecordState(step, m, st);
+    };
+    return h;
+  }
+  void set_values(core::Trace* v) { values_ = v; }
+
+ private:
+  core::Status Load(int64_t step, Model<double>* m, std::vector<core::ParamState<double>>* st) {
+    sb_ = std::make_unique<StepBounds>();
+    const int64_t prev = step - 1;
+    std::map<std::string, Tensor> vals;
+    for (const auto& info : m->param_infos()) {
+      const Tensor* t = step == 0 ? Recorded(rec_, 0, Checkpoint::kInit, info.name)
+                                  : Recorded(rec_, prev, Checkpoint::kParams, info.name);
+      if (t) vals[info.name] = *t;
+    }
+    for (const auto& info : m->buffer_infos()) {
+      const Tensor* t = step == 0 ? Recorded(rec_, 0, Checkpoint::kInit, info.name)
+                                  : Recorded(rec_, prev, Checkpoint::kBuffers, info.name);
+      if (t) vals[info.name] = *t;
+    }
+    DDPCHECK_RETURN_IF_ERROR(m->LoadValues(vals).Prefixed(fmt::format("step-local replay, step {}", step)));
+    for (int p = 0; p < m->num_params(); ++p) {
+      const std::string& name = m->param_info(p).name;
+      auto& ps = (*st)[static_cast<size_t>(p)];
+      if (step == 0) continue;
+      // A state the run did not record (a trace of the sim world) stays the replay's own.
+      // Its error bound then carries on too (state_err_); a recorded state is exact.
+      auto load = [&](const char* state, std::vector<double>* dst) {
+        if (const Tensor* t = Recorded(rec_, prev, Checkpoint::kParams, std::string("opt.") + state + "." + name)) {
+          *dst = t->data;
+          state_err_[name].erase(state);
+        }
+      };
+      load("momentum_buffer", &ps.momentum_buffer);
+      load("exp_avg", &ps.exp_avg);
+      load("exp_avg_sq", &ps.exp_avg_sq);
+      if (s_.optimizer.type != "sgd") {  // state['step']: the steps so far in which the parameter had a grad
+        int n = 0;
+        for (int64_t t = 0; t < step; ++t) n += Recorded(rec_, t, Checkpoint::kReduced, name) != nullptr;
+        ps.step = static_cast<float>(n);
+        if (n == 0) {
+          ps.exp_avg.clear();
+          ps.exp_avg_sq.clear();
+        }
+      }
+    }
+    return core::Status::Ok();
+  }
+
+  void AfterBackward(int64_t step, int rank, int64_t micro, const Model<double>& w, const Matrix<double>& x,
+                     const Tensor& y) {
+    MicroBatchBounds mb;
+    const bool ok = MicroBatchErrorBounds(w, x, y, 1.0, u_, &mb);
+    std::lock_guard<std::mutex> lock(sb_->mu);
+    if (!ok) {
+      sb_->ok = false;
+      return;
+    }
+    auto& g = sb_->grad[rank];
+    auto& gv = sb_->gval[rank];
+    g.resize(static_cast<size_t>(w.num_params()));
+    gv.resize(static_cast<size_t>(w.num_params()));
+    for (int p = 0; p < w.num_params(); ++p) {
+      const auto pi = static_cast<size_t>(p);
+      if (!w.grad_defined(p)) continue;
+      const int64_t n = w.param_info(p).numel();
+      gv[pi].assign(w.grad_data(p), w.grad_data(p) + n);
+      if (g[pi].empty()) g[pi].assign(static_cast<size_t>(n), 0.0);
+      if (mb.grad[pi].empty()) continue;
+      // autograd's += of this micro-batch's grad: one more rounding of the sum.
+      for (size_t k = 0; k < g[pi].size(); ++k) g[pi][k] += mb.grad[pi][k] + (micro > 0 ? u_ * std::abs(gv[pi][k]) : 0.0);
+    }
+    auto& b = sb_->buf[rank];
+    b.resize(mb.buffer.size());
+    for (size_t i = 0; i < mb.buffer.size(); ++i) {
+      if (mb.buffer[i].empty()) continue;
+      if (b[i].empty()) b[i].assign(mb.buffer[i].size(), 0.0);
+      for (size_t k = 0; k < b[i].size(); ++k) b[i][k] += mb.buffer[i][k];
+    }
+    sb_->loss[rank].push_back(mb.loss);
+    (void)step;
+  }
+
+  void BeforeOptimizer(int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st,
+                       double lr) {
+    if (!sb_->ok || sb_->grad.empty()) return;
+    const double W = s_.world;
+    for (const auto& [rank, losses] : sb_->loss) {
+      for (size_t k = 0; k < losses.size(); ++k) {
+        bounds_->Add({step, Checkpoint::kLoss, losses.size() == 1 ? "loss" : "loss." + std::to_string(k), rank},
+                     Tensor::Scalar(losses[k]));
+      }
+    }
+    for (const auto& [rank, eb] : sb_->buf) {
+      for (size_t i = 0; i < eb.size(); ++i) {
+        if (!eb[i].empty()) bounds_->Add({step, Checkpoint::kBuffers, m.buffer_info(static_cast<int>(i)).name, rank},
+                                         AsTensor(eb[i], m.buffer_info(static_cast<int>(i)).shape));
+      }
+    }
+    for (int p = 0; p < m.num_params(); ++p) {
+      const auto pi = static_cast<size_t>(p);
+      if (!m.grad_defined(p)) continue;
+      const int64_t n = m.param_info(p).numel();
+      const auto& shape = m.param_info(p).shape;
+      // The all-reduce: a sum over the W ranks' grads (any order: g(W) of the summed magnitudes), divided by W.
+      std::vector<double> e(static_cast<size_t>(n), 0.0), mag(static_cast<size_t>(n), 0.0);
+      for (const auto& [rank, eg] : sb_->grad) {
+        if (pi >= eg.size() || eg[pi].empty()) continue;
+        bounds_->Add({step, Checkpoint::kLocalGrad, m.param_info(p).name, rank}, AsTensor(eg[pi], shape));
+        const auto& gv = sb_->gval[rank][pi];
+        for (size_t k = 0; k < e.size(); ++k) {
+          e[k] += eg[pi][k] / W;
+          mag[k] += std::abs(gv[k]) / W;
+        }
+      }
+      const double* g = m.grad_data(p);
+      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]);
+      bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
+      std::vector<double> ep;
+      std::map<std::string, std::vector<double>> estate;
+      OptimizerErrorBounds(s_.optimizer, lr, m.param_data(p), g, e, n, st[pi], &state_err_[m.param_info(p).name], u_,
+                           &ep, &estate);
+      state_err_[m.param_info(p).name] = estate;
+      bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks}, AsTensor(ep, shape));
+      for (const auto& [state, es] : estate) {
+        bounds_->Add({step, Checkpoint::kParams, "opt." + state + "." + m.param_info(p).name, core::kAllRanks},
+                     AsTensor(es, shape));
+      }
+    }
+    // Parameters without a gradient keep their value exactly.
+    for (int p = 0; p < m.num_params(); ++p) {
+      if (m.grad_defined(p)) continue;
+      bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks},
+                   AsTensor(std::vector<double>(static_cast<size_t>(m.param_info(p).numel()), 0.0), m.param_info(p).shape));
+    }
+  }
+
+  void RecordState(int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st) {
+    for (int p = 0; p < m.num_params(); ++p) {
+      const auto& ps = st[static_cast<size_t>(p)];
+      const std::vector<double>* v[] = {&ps.momentum_buffer, &ps.exp_avg, &ps.exp_avg_sq};
+      for (int k = 0; k < 3; ++k) {
+        if (v[k]->empty()) continue;
+        values_->Add({step, Checkpoint::kParams, std::string("opt.") + kOptStates[k] + "." + m.param_info(p).name,
+                      core::kAllRanks},
+                     AsTensor(*v[k], m.param_info(p).shape));
+      }
+    }
+  }
+
+  double core_gamma(double n) const { return Gamma(n, u_); }
+
+  const core::Scenario& s_;
+  const core::Trace& rec_;
+  core::Trace* bounds_;
+  core::Trace* values_ = nullptr;
+  double u_;
+  std::unique_ptr<StepBounds> sb_;
+  // Per parameter: the error bound of optimizer state the replay carries on from its own previous step.
+  std::map<std::string, std::map<std::string, std::vector<double>>> state_err_;
+};
+
+}  // namespace
+
+bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled; }
+
+core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorded, core::Trace* values,
+                             core::Trace* bounds) {
+  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: AMP runs are not supported");
+  core::Scenario s64 = s;
+  s64.precision = core::DType::kFloat64;
+  DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&s64));
+  Replayer r(s, recorded, bounds);
+  r.set_values(values);
+  return RunReferenceWithHooks(s64, r.Hooks(), values);
+}
+
+core::Status CheckStepLocal(const core::Scenario& s, const core::Trace& recorded, const core::TolerancePolicy& fallback,
+                            core::CompareResult* result, core::Trace* values) {
+  core::Trace local_values, bounds;
+  core::Trace* v = values ? values : &local_values;
+  DDPCHECK_RETURN_IF_ERROR(ReplayStepLocal(s, recorded, v, &bounds));
+  *result = core::CompareTraces(recorded, *v, fallback, bounds, /*policy_step=*/0);
+  result->derivation = fmt::format(
+      "step-local: every step replayed in float64 from the state the run recorded at its start, so the budget "
+      "covers one step. Each value has its own bound from a running error analysis (docs/tolerance.md): a sum or "
+      "dot product of n terms adds g(n) = nu/(1-nu) times the sum of its terms' magnitudes, the all-reduce over "
+      "W = {} ranks g(W), BatchNorm, the loss and the optimizer update their own terms, each propagated to "
+      "first order; u = {:.3g} ({} plus the float64 replay's own), safety factor {}. Values without a bound "
+      "(forward buffers, SyncBatchNorm models): ",
+      s.world, core::UnitRoundoff(s.precision) + core::UnitRoundoff(core::DType::kFloat64),
+      core::DTypeName(s.precision), core::kBoundSafety) + fallback.Derivation() + " (at s = 0)";
+  return core::Status::Ok();
+}
+
+}  // namespace ddpcheck::ref

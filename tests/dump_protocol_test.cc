@@ -1,0 +1,114 @@
+// CheckProtocol (core/dump_protocol.h) on synthetic records, without torch: a clean two-rank step passes; a
+// common factor W on every rank's local gradient is loss-times-world; a factor on one rank names that rank; a
+// reduced bucket that is not the mean of the local ones fails; a bucket layout other than torch's initial
+// assignment fails at step 0; a parameter update that is not SGD's fails at params.
+#include <gtest/gtest.h>
+
+#include "core/dump_protocol.h"
+
+namespace ddpcheck::core {
+namespace {
+
+Tensor T(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
+
+// W ranks, one parameter "w" of 3 elements, SGD lr 0.1, one step; rank r's local gradient = scale[r] * ref.
+ProtocolRecords Records(const std::vector<double>& scale) {
+  ProtocolRecords r;
+  r.world = static_cast<int>(scale.size());
+  r.dtype = DType::kFloat64;
+  r.params = {{"w", 3, DType::kFloat64, true}};
+  r.optimizer_type = "sgd";
+  ProtocolGroup g;
+  g.spec.type = "sgd";
+  g.spec.lr = 0.1;
+  g.params = {0};
+  r.groups = {g};
+  r.schedulers_known = true;
+  const std::vector<double> ref = {0.5, -1.0, 2.0}, p0 = {1.0, 2.0, 3.0};
+  std::vector<double> mean(3, 0.0);
+  for (double s : scale) for (size_t i = 0; i < 3; ++i) mean[i] += s * ref[i] / r.world;
+  for (int k = 0; k < r.world; ++k) {
+    ProtocolRank pr;
+    pr.rank = k;
+    pr.init["w"] = T(p0);
+    ProtocolStep st;
+    st.buckets_recorded = true;
+    ProtocolBucket b;
+    b.params = {0};
+    b.local = T({scale[k] * ref[0], scale[k] * ref[1], scale[k] * ref[2]});
+    b.reduced = T(mean);
+    st.buckets = {b};
+    st.grads["w"] = T(mean);
+    st.ref_grads["w"] = T(ref);
+    st.ref_rows = 4;
+    st.microbatches = 1;
+    st.lrs = {0.1};
+    std::vector<double> p1(3);
+    for (size_t i = 0; i < 3; ++i) p1[i] = std::fma(-0.1, mean[i], p0[i]);
+    st.params["w"] = T(p1);
+    pr.steps = {st};
+    r.ranks.push_back(pr);
+  }
+  return r;
+}
+
+TEST(CheckProtocol, CleanTwoRankStepPassesAndSaysWhichReferenceWasUsed) {
+  const ProtocolResult res = CheckProtocol(Records({1.0, 1.0}));
+  EXPECT_TRUE(res.result.pass) << (res.result.first ? res.result.first->message : "");
+  EXPECT_NE(res.reference.find("float64"), std::string::npos);
+}
+
+TEST(CheckProtocol, FactorWOnEveryRankIsLossTimesWorld) {
+  const ProtocolResult res = CheckProtocol(Records({3.0, 3.0, 3.0}));
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "loss-times-world");
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLocalGrad);
+  EXPECT_EQ(res.result.first->key.step, 0);
+}
+
+TEST(CheckProtocol, FactorOnOneRankNamesThatRank) {
+  const ProtocolResult res = CheckProtocol(Records({1.0, 2.0}));
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "loss-scale-per-rank@1");
+  EXPECT_EQ(res.result.first->key.rank, 1);
+}
+
+TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  r.ranks[1].steps[0].buckets[0].reduced->data[2] += 1e-3;
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  bool found = false;
+  for (const auto& m : res.result.mismatches) found |= m.key.tensor == "bucket0" && m.key.rank == 1;
+  EXPECT_TRUE(found);
+}
+
+TEST(CheckProtocol, BucketLayoutOtherThanTorchsInitialAssignmentFails) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  r.params.push_back({"b", 2, DType::kFloat64, true});  // torch puts both in one bucket; recorded as two
+  for (auto& rank : r.ranks) {
+    ProtocolBucket extra;
+    extra.index = 1;
+    extra.params = {1};
+    extra.local = T({0.0, 0.0});
+    extra.reduced = T({0.0, 0.0});
+    rank.steps[0].buckets.push_back(extra);
+  }
+  const ProtocolResult res = CheckProtocol(r);
+  bool found = false;
+  for (const auto& m : res.result.mismatches) found |= m.key.checkpoint == Checkpoint::kBucket && m.key.step == 0;
+  EXPECT_TRUE(found);
+}
+
+TEST(CheckProtocol, ParameterUpdateThatIsNotTheOptimizersFails) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  r.ranks[0].steps[0].params["w"].data[0] += 1e-12;
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kParams);
+  EXPECT_EQ(res.result.first->key.rank, 0);
+}
+
+}  // namespace
+}  // namespace ddpcheck::core

@@ -1,0 +1,217 @@
+"""What ddpcheck_torch records for the model-agnostic protocol check (docs/torch.md, "Protocol check").
+
+Works for any nn.Module: nothing here needs to understand the model.
+  * BucketTap: a DDP communication hook wrapping the default all-reduce (or the user's own hook): per bucket
+    of every synced backward, this rank's local gradients (before any division) and the reduced result.
+  * StepTap: optimizer.step wrapped: how often it ran, the lr of each param group and the gradients it saw.
+  * Reference: the float64 gradient of this rank's micro-batches on a deep copy of the user's module and loss,
+    from the step's starting parameters and buffers; ddpcheck averages it over ranks into the single-process
+    gradient of the global batch (BatchNorm in train mode sees each rank's shard, as under DDP; dropout masks
+    are reproduced by restoring the RNG state each forward started from).
+"""
+import copy
+import types
+
+import torch
+from torch import nn
+
+_DTYPES = (torch.float32, torch.float64)
+
+
+class UnsupportedDtype(ValueError):
+    """The model holds a parameter or buffer of a dtype ddpcheck cannot record."""
+
+
+def check_dtypes(module):
+    """Raises UnsupportedDtype naming the first module whose floating state is not float32/float64."""
+    for mname, m in module.named_modules():
+        for pname, t in list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False)):
+            if t.is_floating_point() and t.dtype not in _DTYPES:
+                raise UnsupportedDtype(
+                    "ddpcheck cannot record module '%s' (%s): its tensor '%s' is %s; ddpcheck records float32 "
+                    "and float64 models. Keep the parameters in float32 and compute in %s under "
+                    "torch.autocast(device_type='cpu', dtype=%s) instead of model.to(%s)"
+                    % (mname or "<root>", type(m).__name__, pname, t.dtype, t.dtype, t.dtype, t.dtype))
+
+
+class BucketTap:
+    """Registers itself as DDP's comm hook at the first forward through DDP, wrapping a hook the user
+    registers later with ddp.register_comm_hook (a hook registered before the recorder cannot be seen)."""
+
+    def __init__(self, ddp, param_index, world):
+        self.ddp, self.param_index, self.world = ddp, param_index, world
+        self.user = None  # (state, hook) the user registered through the patched method
+        self.registered = False
+        self.note = None
+        self.buckets = []  # this step's: (index, [param indices], local clone, reduced future or tensor)
+        self._original = getattr(ddp, "register_comm_hook", None)
+        if self._original is not None:
+            ddp.register_comm_hook = self._user_register
+
+    def _user_register(self, state, hook):
+        if self.registered:
+            raise RuntimeError("register_comm_hook after the first forward: DDP allows one hook, registered "
+                               "before backward; register yours before the first forward")
+        self.user = (state, hook)
+
+    def arm(self):
+        if self.registered or self._original is None:
+            return
+        self.registered = True
+        try:
+            self._original(None, self._hook)
+        except RuntimeError as e:  # a hook was registered before the recorder existed
+            self.note = ("buckets not recorded: a DDP comm hook was registered before DdpRecorder (%s); construct "
+                         "the recorder first and register the hook after it" % str(e).splitlines()[0])
+
+    def _hook(self, _state, bucket):
+        idx = [self.param_index.get(id(p), -1) for p in bucket.parameters()]
+        local = bucket.buffer().detach().clone()
+        if self.user is not None:
+            fut = self.user[1](self.user[0], bucket)
+        else:  # the reducer's default: mul by 1/W in place (copy_grad_to_bucket), then all-reduce SUM
+            import torch.distributed as dist
+            buf = bucket.buffer()
+            buf.mul_(1.0 / self.world)
+            fut = dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+        entry = {"index": int(bucket.index()), "params": idx, "local": local, "reduced": None}
+        self.buckets.append(entry)
+
+        def keep(f):
+            out = f.value()
+            out = out[0] if isinstance(out, (list, tuple)) else out
+            entry["reduced"] = out.detach().clone()
+            return out
+        return fut.then(keep)
+
+    def take(self):
+        out, self.buckets = self.buckets, []
+        return out
+
+
+class StepTap:
+    """optimizer.step wrapped (a bound method, so lr schedulers created later can still wrap it)."""
+
+    def __init__(self, opt, scheduler_count=lambda: 0):
+        self.opt = opt
+        self.calls = 0
+        self.scheduler_count = scheduler_count
+        self.schedulers_before = None  # scheduler.step() calls so far, at the last step
+        self.lrs = None  # each group's lr at the last step
+        self.hyper = None  # each group's hyper-parameters at the last step (OneCycleLR cycles momentum/betas)
+        self.grads = None  # {id(param): grad clone} at the last step
+        original = opt.step
+
+        def step(_self, *args, **kwargs):
+            self.calls += 1
+            self.schedulers_before = scheduler_count()
+            self.lrs = [float(g["lr"]) for g in opt.param_groups]
+            self.hyper = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()
+                           if k != "params" and isinstance(v, (int, float, bool, tuple))} for g in opt.param_groups]
+            self.grads = {id(p): p.grad.detach().clone() for g in opt.param_groups for p in g["params"]
+                          if p.grad is not None}
+            return original(*args, **kwargs)
+        if getattr(original, "_with_counter", False):
+            step._with_counter = True
+        opt.step = types.MethodType(step, opt)
+
+    def take(self):
+        out = (self.calls, self.lrs, self.grads, self.schedulers_before, self.hyper)
+        self.calls, self.grads, self.lrs, self.schedulers_before, self.hyper = 0, None, None, None, None
+        return out
+
+
+_LOSSES = {"mse": nn.MSELoss, "cross_entropy": nn.CrossEntropyLoss}
+
+
+def _to64(x):
+    if torch.is_tensor(x):
+        return x.detach().double() if x.is_floating_point() else x.detach()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to64(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to64(v) for k, v in x.items()}
+    return x
+
+
+def _clone(x):
+    if torch.is_tensor(x):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+class Reference:
+    """float64 gradients of this rank's micro-batches, recomputed on a deep copy of the module and loss."""
+
+    def __init__(self, module, loss_fn):
+        self.note = None
+        self.model = None
+        try:
+            self.model = copy.deepcopy(module).double()
+        except Exception as e:  # noqa: BLE001 - any module that cannot be copied: say so, record the rest
+            self.note = "no single-process reference: the module cannot be deep-copied (%s)" % e
+        if isinstance(loss_fn, str):
+            loss_fn = _LOSSES[loss_fn]() if loss_fn in _LOSSES else None
+        self.loss = copy.deepcopy(loss_fn).double() if isinstance(loss_fn, nn.Module) else loss_fn
+        if self.loss is None and self.note is None:
+            self.note = "no single-process reference: pass loss_fn= (a module or a function of (output, target))"
+        self.user_loss = loss_fn if isinstance(loss_fn, nn.Module) else None
+        self.start = None  # the step's starting state_dict
+        self.inputs = []  # [(args, rng_state)] of every forward of the step
+        self.targets = []  # targets the loss module saw
+        self.autocast = False  # a forward of the step ran under CPU autocast
+
+    def on_forward(self, module, args):
+        if not torch.is_grad_enabled():
+            return  # an evaluation forward: no gradient to reproduce
+        if self.start is None:
+            self.start = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        self.inputs.append((_clone(args), torch.get_rng_state()))
+        self.autocast = self.autocast or torch.is_autocast_cpu_enabled()
+
+    def on_loss(self, _module, args):
+        if len(args) >= 2:
+            self.targets.append(_clone(args[1]))
+
+    def compute(self, yb):
+        """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts)."""
+        inputs, targets, start = self.inputs, self.targets, self.start
+        self.inputs, self.targets, self.start = [], [], None
+        facts = {"microbatches": len(inputs), "autocast": self.autocast,
+                 "rows": sum(int(a[0].shape[0]) for a, _ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
+        self.autocast = False
+        if self.note:
+            return None, self.note
+        if not inputs:
+            return None, "no forward of the module was seen in this step (a module.<method>() call?)"
+        if len(targets) != len(inputs):
+            if len(inputs) == 1 and yb is not None:
+                targets = [yb]
+            else:
+                return None, ("%d forwards but %d targets: pass the loss module you call as loss_fn=, or yb to "
+                              "rec.step()" % (len(inputs), len(targets)))
+        keep = torch.get_rng_state()
+        params = dict(self.model.named_parameters())
+        total = {n: torch.zeros_like(p) for n, p in params.items()}
+        try:
+            self._accumulate(inputs, targets, start, params, total)
+        except Exception as e:  # noqa: BLE001 - the user's loss or model on float64: report, never break the run
+            return None, "single-process reference failed: %s: %s" % (type(e).__name__, str(e).splitlines()[0])
+        finally:
+            torch.set_rng_state(keep)
+        return {n: g / len(inputs) for n, g in total.items()}, facts
+
+    def _accumulate(self, inputs, targets, start, params, total):
+        for (args, rng), y in zip(inputs, targets):
+            with torch.no_grad():
+                self.model.load_state_dict(start)
+            torch.set_rng_state(rng)
+            loss = self.loss(self.model(*_to64(args)), _to64(y))
+            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+            for n, g in zip(params, grads):
+                if g is not None:
+                    total[n] += g
