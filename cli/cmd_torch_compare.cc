@@ -6,10 +6,52 @@
 // Exit 0 PASS, 1 divergence, 2 bad dump (missing rank, truncated .npy, mismatched steps).
 #include "cli/command.h"
 #include "cli/report_flags.h"
+#include "core/fault_spec.h"
+#include "core/file.h"
+#include "core/scenario.h"
 #include "harness/check.h"
 
 namespace ddpcheck::cli {
 namespace {
+
+// The recorded run as a scenario (its model, initial state and data inline) with the finding's pattern as a
+// fault, so `ddpcheck run OUT` reproduces the finding in the CPU world; a PASS exports the clean scenario.
+core::Status ExportScenario(const std::string& dump, const core::RunReport& report, const core::Trace& dump_trace,
+                            const std::string& out) {
+  if (!report.replay_note.empty() || !dump_trace.meta.contains("scenario_spec")) {
+    return core::Status::Invalid("--export-scenario " + out + ": the dump cannot be replayed (" +
+                                 (report.replay_note.empty() ? "no scenario" : report.replay_note) +
+                                 "), so no scenario reproduces it; the report above is the whole finding");
+  }
+  nlohmann::json spec = dump_trace.meta["scenario_spec"];
+  std::string what = "a clean run";
+  spec["faults"] = nlohmann::json::array();
+  if (!report.pass()) {
+    if (!report.diagnosis) {
+      return core::Status::Invalid("--export-scenario " + out + ": the finding names no BUGS.md pattern, so no fault "
+                                   "reproduces it; the report above is the whole finding");
+    }
+    core::FaultSpec fault;
+    if (const core::Status st = core::ParseFaultSpec(report.diagnosis->pattern, &fault); !st.ok()) {
+      return core::Status::Invalid("--export-scenario " + out + ": pattern '" + report.diagnosis->pattern +
+                                   "' is seen in recorded runs only (docs/bugs.md): no scenario injects it");
+    }
+    // The scenario is the intended program and the fault the mistake: the replay mirrors what the run did
+    // (a run that never called set_epoch replays with sampler.set_epoch false), so the option the fault stands
+    // for is put back to DDP's correct usage, or the oracle would compute the mistake too.
+    if (fault.name == "skip-set-epoch") spec["sampler"]["set_epoch"] = true;
+    if (fault.name == "no-buffer-broadcast") spec["ddp"]["broadcast_buffers"] = true;
+    spec["faults"].push_back(core::FaultSpecString(fault));
+    what = "finding " + core::FaultSpecString(fault);
+  }
+  spec["name"] = spec.value("name", std::string("torch-run")) + "-exported";
+  spec["description"] = "exported by ddpcheck torch-compare from " + dump + " (" + what +
+                        "): `ddpcheck run` on this file reproduces it in the CPU world";
+  core::Scenario check;
+  DDPCHECK_RETURN_IF_ERROR(core::ParseScenario(spec, out, ".", &check).Prefixed("--export-scenario"));
+  DDPCHECK_RETURN_IF_ERROR(core::ValidateScenario(check).Prefixed("--export-scenario"));
+  return core::WriteStringToFile(out, spec.dump(2) + "\n");
+}
 
 std::string Join(const std::vector<std::string>& parts) {
   std::string out;
@@ -21,6 +63,7 @@ struct TorchCompareArgs {
   std::string dump;
   std::string comm = "gloo";
   bool no_replay = false;
+  std::string export_scenario;
   ReportFlags reports;
 };
 
@@ -72,7 +115,17 @@ int Run(const TorchCompareArgs& args) {
                                          {"tensor", k.tensor},
                                          {"rank", k.rank}};
   }
-  return EmitReport("torch-compare", report, args.reports, extra, trailer);
+  const int code = EmitReport("torch-compare", report, args.reports, extra, trailer);
+  if (!args.export_scenario.empty() && (code == 0 || code == 1)) {
+    if (const core::Status ex = ExportScenario(args.dump, report, dump_trace, args.export_scenario); !ex.ok()) {
+      return Fail("torch-compare", ex);
+    }
+    if (!args.reports.quiet) {
+      std::cout << "exported: " << args.export_scenario << " (reproduce: ddpcheck run " << args.export_scenario
+                << ")\n";
+    }
+  }
+  return code;
 }
 
 std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
@@ -85,6 +138,9 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("dump", args->dump, "Dump folder (rank<r>/index.json per rank)")->required();
   args->reports.Add(sub);
   sub->add_option("--comm", args->comm, "Communicator of the sim replay")->check(CLI::IsMember({"gloo", "local"}));
+  sub->add_option("--export-scenario", args->export_scenario,
+                  "Write the replayed run as a scenario with the finding as a fault: `ddpcheck run FILE` reproduces "
+                  "it in the CPU world");
   sub->add_flag("--no-replay", args->no_replay, "Only check the invariants between the dump's ranks");
   return {sub, [args] { return Run(*args); }};
 }
