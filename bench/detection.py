@@ -47,6 +47,7 @@ def worker(rank, cfg, out, port):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=cfg["world"], timeout=datetime.timedelta(seconds=20))
     dtype = torch.float64 if cfg["dtype"] == "float64" else torch.float32
+    autocast = cfg["dtype"] == "autocast"  # float32 parameters, the forward under CPU autocast in bfloat16
     g = torch.Generator().manual_seed(12345)
     n = 8 * cfg["world"] * 3
     X = torch.randn(n, 8, generator=g, dtype=torch.float64).to(dtype)
@@ -68,7 +69,9 @@ def worker(rank, cfg, out, port):
             sampler.set_epoch(epoch)
             for xb, yb, idx in loader:
                 opt.zero_grad()
-                loss = loss_fn(ddp(xb), yb)
+                with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+                    out = ddp(xb)
+                loss = loss_fn(out.to(yb.dtype) if autocast else out, yb)
                 loss.backward()
                 opt.step()
                 rec.step(idx, xb, yb, loss)
@@ -117,18 +120,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ddpcheck", default="build/release/ddpcheck")
     ap.add_argument("--quick", action="store_true", help="one run per precision")
+    ap.add_argument("--precisions", default="float32,float64,autocast",
+                    help="comma-separated subset of float32, float64, autocast (bfloat16 CPU autocast)")
     ap.add_argument("--keep", help="keep the dumps under this folder")
     args = ap.parse_args()
     runs = [("linear", 2, "sgd"), ("mlp", 3, "adam"), ("bn", 4, "sgd"), ("bn", 2, "adam"), ("mlp", 4, "sgd"),
             ("linear", 3, "adam")]
     if args.quick:
         runs = runs[2:3]
-    eps_by = {"float32": [1e-3, 1e-4, 1e-5], "float64": [1e-10, 1e-11, 1e-12]}
+    eps_by = {"float32": [1e-3, 1e-4, 1e-5], "float64": [1e-10, 1e-11, 1e-12], "autocast": [1e-1, 1e-2, 1e-3]}
     tmp = args.keep or tempfile.mkdtemp(prefix="ddpcheck_detection_")
     port = 29700
     table = {}  # (dtype, eps) -> [caught, total, at_step]
     clean_pass = clean_total = 0
-    for dtype in ["float32", "float64"]:
+    for dtype in args.precisions.split(","):
         for i, (model, world, opt) in enumerate(runs):
             cfg = {"dtype": dtype, "model": model, "world": world, "opt": opt}
             name = "%s_%s_w%d_%s" % (dtype, model, world, opt)

@@ -299,9 +299,24 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
   // sampler): no scenario; core/dump_protocol.h checks it.
   const auto& replay = out->ranks[0].index.value("replay", nlohmann::json::object());
-  if (replay.is_object() && !replay.value("possible", true)) {
+  // A forward under torch.autocast without a GradScaler record computes in bfloat16/float16 where the replay
+  // would compute in the parameters' dtype: replaying it would flag every clean run. The protocol check
+  // judges it (its single-process gradient check knows autocast).
+  bool autocast = false, scaler = false;
+  for (const auto& r : out->ranks) {
+    for (const auto& st : r.index.at("steps")) {
+      autocast = autocast || (st.contains("autocast") && st.at("autocast").is_boolean() && st.at("autocast").get<bool>());
+      scaler = scaler || st.contains("scaler");
+    }
+  }
+  const bool autocast_only = autocast && !scaler;
+  if (autocast_only || (replay.is_object() && !replay.value("possible", true))) {
     for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
       out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
+    }
+    if (autocast_only) {
+      out->replay_unsupported += std::string(out->replay_unsupported.empty() ? "" : "; ") +
+                                 "the forward ran under torch.autocast (the replay computes in the parameters' dtype)";
     }
     if (out->replay_unsupported.empty()) out->replay_unsupported = "the recorder marked the run protocol-only";
     out->scenario.name = "torch dump " + dir;

@@ -88,6 +88,7 @@ Status CheckStep(const json& st, const std::string& p) {
                                    {"params", Is::kStringMap, true},
                                    {"buffers", Is::kStringMap, true},
                                    {"optimizer_state", Is::kObject},
+                                   {"ref_loss", Is::kNumberOrNull},
                                    {"ddp_forwards", Is::kInt},
                                    {"module_forwards", Is::kInt}}));
   if (st.contains("optimizer_state")) {

@@ -55,6 +55,7 @@ struct ProtocolStep {
   std::map<std::string, Tensor> ref_grads;  // float64 reference of this rank's micro-batches
   std::string ref_note;
   int64_t ref_rows = 0, microbatches = 0;
+  std::optional<double> loss, ref_loss;  // the loss passed to rec.step and the float64 loss of the last micro-batch
   std::vector<double> lrs;  // each group's lr at the optimizer step
   std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
   int64_t optimizer_steps = 1, scheduler_steps = 0;

@@ -133,6 +133,20 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         for (size_t i = 0; i < v.size(); ++i) acc[i] += v[i] / r.world;
       }
       rows += st.ref_rows;
+      // The loss against the float64 loss of the same batch (one micro-batch: with accumulation the loop may
+      // pass a divided or summed loss; under autocast the bound would be vacuous). A corrupt loss is caught
+      // even where the gradients are right.
+      if (st.loss && st.ref_loss && st.microbatches == 1 && !st.autocast && std::isfinite(*st.loss)) {
+        Account(out, Checkpoint::kLoss);
+        const double b = kSafety * UnitRoundoff(r.dtype) * static_cast<double>(st.ref_rows + max_numel + r.world) *
+                         std::max(std::abs(*st.ref_loss), 1e-30);
+        if (auto m = CompareElementwise({st.step, Checkpoint::kLoss, "loss", rank.rank}, {*st.loss}, {*st.ref_loss},
+                                        {b}, "single-process float64 reference")) {
+          f->push_back({*m, "", fmt::format("rank {}'s loss {:.9g} differs from the float64 loss of the same batch "
+                                            "{:.9g} by more than its bound {:.3g}", rank.rank, *st.loss,
+                                            *st.ref_loss, b), 5});
+        }
+      }
       const Grads got = st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
       local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
                               st.ref_rows + max_numel + r.world, st.autocast, out));

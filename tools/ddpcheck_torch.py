@@ -339,7 +339,8 @@ class DdpRecorder:
             ref, why = self.ref.compute(yb)
             if ref is not None:
                 rec["ref_grads"] = {self.name(n): self._save("%s.ref.%s" % (p, self.name(n)), g) for n, g in ref.items()}
-                rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"]})
+                rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
+                            "ref_loss": why["loss"]})
             else:
                 rec["ref_note"] = why
         if self.scaler is not None and self.scaler.is_enabled():

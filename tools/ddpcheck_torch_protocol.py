@@ -164,6 +164,7 @@ class Reference:
         self.inputs = []  # [(args, rng_state)] of every forward of the step
         self.targets = []  # targets the loss module saw
         self.autocast = False  # a forward of the step ran under CPU autocast
+        self.last_loss = None
 
     def on_forward(self, module, args):
         if not torch.is_grad_enabled():
@@ -203,6 +204,7 @@ class Reference:
             return None, "single-process reference failed: %s: %s" % (type(e).__name__, str(e).splitlines()[0])
         finally:
             torch.set_rng_state(keep)
+        facts["loss"] = self.last_loss  # the float64 loss of the step's last micro-batch
         return {n: g / len(inputs) for n, g in total.items()}, facts
 
     def _accumulate(self, inputs, targets, start, params, total):
@@ -211,6 +213,7 @@ class Reference:
                 self.model.load_state_dict(start)
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args)), _to64(y))
+            self.last_loss = float(loss.detach())
             grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
             for n, g in zip(params, grads):
                 if g is not None:
