@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev
   libhiredis-dev redis-server iproute2
   python3-torch python3-numpy
+  libopenblas0-pthread  # torch on OpenBLAS, as users run it (bench/compare.py refuses the netlib BLAS)
   gnuplot-nox
 )
 # Headless Chromium renders the HTML report in tests/report_html_browser_test.cc (the test skips without it).

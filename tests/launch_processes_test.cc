@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -165,6 +166,28 @@ TEST(Launch, ARankThatDiesMidRunMakesTheOthersFailNamingItWithinTheTimeout) {
   // Every surviving rank exits non-zero on its own (launch never had to kill one).
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("killing it")));
   for (int rank : {0, 1, 2, 4, 5}) EXPECT_THAT(r.err, HasSubstr("rank " + std::to_string(rank) + " exited with code"));
+}
+
+// A torch script under `launch` finds what init_process_group("env://") reads: RANK, WORLD_SIZE, MASTER_ADDR and
+// one MASTER_PORT shared by every rank (a free port on one node).
+TEST(Launch, ExportsTorchrunsVariablesToEveryRank) {
+  testing::TempDir dir;
+  const auto r = RunCli("launch --nproc 3 -- sh -c 'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT\" > " +
+                        dir.path() + "/rank$RANK'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string port;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::istringstream in(testing::ReadFile(dir.File("rank" + std::to_string(rank))));
+    std::string got_rank, world, local, addr, p;
+    in >> got_rank >> world >> local >> addr >> p;
+    EXPECT_EQ(got_rank, std::to_string(rank));
+    EXPECT_EQ(world, "3");
+    EXPECT_EQ(local, std::to_string(rank));
+    EXPECT_EQ(addr, "127.0.0.1");
+    EXPECT_GT(std::stoi(p), 0);
+    if (rank == 0) port = p;
+    EXPECT_EQ(p, port) << "every rank must see the same MASTER_PORT";
+  }
 }
 
 TEST(RunAsRank, ARankThatNeverComesIsNamedByTheOthersWithinTheTimeout) {
