@@ -4,6 +4,8 @@
 
 #include "core/check.h"
 #include "real/cuda_check.h"
+#include "real/poll_wait.h"
+#include "real/rendezvous.h"
 
 namespace ddpcheck::real {
 
@@ -17,6 +19,10 @@ bool NcclTypeOf(core::DType dtype, ncclDataType_t* out) {
     case core::DType::kInt64: *out = ncclInt64; return true;
   }
   return false;
+}
+
+std::chrono::milliseconds NcclCommunicator::WaitLimit(std::chrono::milliseconds timeout) {
+  return 2 * timeout + std::chrono::seconds(5);
 }
 
 namespace {
@@ -33,14 +39,19 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<KvStore> store, const std::st
 
 ncclResult_t NcclCommunicator::Settle(std::chrono::steady_clock::time_point deadline) {
   ncclResult_t r = ncclInProgress;
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) return ncclInternalError;
-    if (r != ncclInProgress) return r;
-    if (std::chrono::steady_clock::now() >= deadline) return ncclInProgress;
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(1000)) pause *= 2;
-  }
+  const PollResult p = PollUntil([&] {
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) {
+      r = ncclInternalError;
+      return PollState::kFailed;
+    }
+    return r == ncclInProgress ? PollState::kNotReady : PollState::kDone;
+  }, deadline, std::chrono::microseconds(1000));
+  return p == PollResult::kTimedOut ? ncclInProgress : r;
+}
+
+void NcclCommunicator::SetTimeout(std::chrono::milliseconds timeout) {
+  timeout_ms_ = timeout.count();
+  ctx_->SetWaitLimit(WaitLimit(timeout));
 }
 
 core::Status NcclCommunicator::Create(std::shared_ptr<KvStore> store, const std::string& run_id, int rank, int world,
@@ -51,27 +62,21 @@ core::Status NcclCommunicator::Create(std::shared_ptr<KvStore> store, const std:
   }
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(store, run_id, rank, world, ctx, timeout));
   ctx->Activate();
-  const std::string id_key = run_id + "/nccl/unique_id";
+  ctx->SetWaitLimit(WaitLimit(timeout));
   ncclUniqueId id{};
-  c->arrivals_.Arrive(0, "nccl init");
-  if (rank == 0) {
-    DDPCHECK_NCCL_STATUS(ncclGetUniqueId(&id));
-    store->Set(id_key, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
-  } else {
-    std::vector<char> v;
-    if (!store->Wait(id_key, timeout, &v)) {
-      return core::Status::Timeout(fmt::format("nccl init of run '{}': rank 0 never published the NCCL unique id "
-                                               "within {} ms (key {})", run_id, timeout.count(), id_key));
-    }
-    if (v.size() != sizeof(id.internal)) {
-      return core::Status::Internal(fmt::format("nccl init: {} has {} bytes, want {}", id_key, v.size(),
-                                                sizeof(id.internal)));
-    }
-    std::copy(v.begin(), v.end(), id.internal);
-  }
+  std::vector<char> id_bytes;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  DDPCHECK_RETURN_IF_ERROR(JoinAndExchangeId(
+      store.get(), &c->arrivals_, run_id, rank, world, timeout,
+      [&](std::vector<char>* bytes) {
+        DDPCHECK_NCCL_STATUS(ncclGetUniqueId(&id));
+        bytes->assign(id.internal, id.internal + sizeof(id.internal));
+        return core::Status::Ok();
+      },
+      sizeof(id.internal), &id_bytes));
+  std::copy(id_bytes.begin(), id_bytes.end(), id.internal);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   DDPCHECK_NCCL_STATUS(ncclCommInitRankConfig(&c->comm_, world, id, rank, &config));
   const ncclResult_t r = c->Settle(deadline);
   if (r != ncclSuccess) {
@@ -101,13 +106,10 @@ NcclCommunicator::~NcclCommunicator() {
     bool clean = true;
     for (InFlight& f : in_flight_) {
       const auto deadline = f.start + std::chrono::milliseconds(timeout_ms_.load());
-      while (cudaEventQuery(f.done) == cudaErrorNotReady) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          clean = false;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
+      clean = clean && PollUntil([&] {
+        const cudaError_t e = cudaEventQuery(f.done);
+        return e == cudaErrorNotReady ? PollState::kNotReady : (e == cudaSuccess ? PollState::kDone : PollState::kFailed);
+      }, deadline) == PollResult::kDone;
     }
     if (clean && ncclCommFinalize(comm_) != ncclInternalError &&
         Settle(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_.load())) == ncclSuccess) {

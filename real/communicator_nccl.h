@@ -1,8 +1,8 @@
 // NcclCommunicator: core::Communicator over NCCL, one GPU per rank (NCCL refuses two ranks on one GPU).
 //
 // Rendezvous: rank 0 creates the ncclUniqueId and publishes it in the run's KvStore under
-// "<run_id>/nccl/unique_id" (the store the Gloo world uses, adapted); the others wait for it, bounded by the
-// timeout. The communicator is created non-blocking (ncclConfig_t.blocking = 0), so neither init nor any call
+// "<run_id>/nccl/unique_id" (the store the Gloo world uses, adapted) once every rank joined
+// (real/rendezvous.h, which names a rank that never comes); the others wait for it, bounded by the timeout. The communicator is created non-blocking (ncclConfig_t.blocking = 0), so neither init nor any call
 // can hang the host.
 //
 // Collectives are enqueued on the DeviceContext's comm stream after the compute stream's work so far, and
@@ -55,11 +55,15 @@ class NcclCommunicator final : public core::Communicator {
   // An all-reduce of one int that the host waits for.
   core::Status Barrier(const std::string& what) override;
 
-  void SetTimeout(std::chrono::milliseconds timeout) override { timeout_ms_ = timeout.count(); }
+  // Also bounds the rank's host waits (DeviceContext::SetWaitLimit) at WaitLimit(timeout).
+  void SetTimeout(std::chrono::milliseconds timeout) override;
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeout_ms_.load()); }
   std::string name() const override { return "nccl"; }
 
   int64_t sequence() const { return seq_; }
+  // How long a host wait may last under `timeout`: long enough that the watchdog, which names the missing
+  // ranks, always fires first (2 * timeout + 5 s).
+  static std::chrono::milliseconds WaitLimit(std::chrono::milliseconds timeout);
   // Waits on the host until every collective issued so far has finished (or the communicator broke).
   core::Status Synchronize();
 

@@ -4,8 +4,10 @@
 #include <thread>
 
 #include <cublas_v2.h>
+#include <fmt/format.h>
 
 #include "real/cuda_check.h"
+#include "real/poll_wait.h"
 
 namespace ddpcheck::real {
 
@@ -27,8 +29,15 @@ core::Status DeviceContext::Create(int device, std::unique_ptr<DeviceContext>* o
 DeviceContext::~DeviceContext() {
   cudaSetDevice(device_);
   for (Range& r : in_flight_) cudaEventDestroy(r.done);
-  if (compute_) cudaStreamSynchronize(compute_);
-  if (comm_) cudaStreamSynchronize(comm_);
+  // Bounded, never cudaStreamSynchronize: a stream stuck behind a dead peer's collective must not hang exit.
+  const auto deadline = std::chrono::steady_clock::now() + wait_limit_;
+  for (cudaStream_t s : {compute_, comm_}) {
+    if (!s) continue;
+    PollUntil([s] {
+      const cudaError_t e = cudaStreamQuery(s);
+      return e == cudaErrorNotReady ? PollState::kNotReady : (e == cudaSuccess ? PollState::kDone : PollState::kFailed);
+    }, deadline);
+  }
   if (cublas_) cublasDestroy(cublas_);
   if (compute_) cudaStreamDestroy(compute_);
   if (comm_) cudaStreamDestroy(comm_);
@@ -82,18 +91,21 @@ void DeviceContext::HostWait(cudaStream_t stream) const {
   cudaEvent_t ev;
   DDPCHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   DDPCHECK_CUDA(cudaEventRecord(ev, stream));
-  auto pause = std::chrono::microseconds(2);
-  for (;;) {
-    const cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) break;
-    if (e != cudaErrorNotReady) {
-      cudaEventDestroy(ev);
-      DDPCHECK_CUDA(e);
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(500)) pause *= 2;
+  cudaError_t last = cudaSuccess;
+  const PollResult r = PollUntil(
+      [&] {
+        last = cudaEventQuery(ev);
+        return last == cudaSuccess ? PollState::kDone
+                                   : (last == cudaErrorNotReady ? PollState::kNotReady : PollState::kFailed);
+      },
+      std::chrono::steady_clock::now() + wait_limit_);
+  cudaEventDestroy(ev);
+  if (r == PollResult::kFailed) DDPCHECK_CUDA(last);
+  if (r == PollResult::kTimedOut) {
+    throw HostWaitTimeout(fmt::format("cuda: device {}: the {} stream did not finish within {} ms (a kernel or a "
+                                      "collective that never ends)", device_, stream == comm_ ? "comm" : "compute",
+                                      wait_limit_.count()));
   }
-  DDPCHECK_CUDA(cudaEventDestroy(ev));
 }
 
 void* DeviceContext::Pinned(int64_t bytes) const {

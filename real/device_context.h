@@ -6,13 +6,16 @@
 //   compute:     before a replica op reads or writes memory, the compute stream waits for the in-flight
 //                collectives whose buffers overlap it (Touch), or for all of them (TouchAll). Backward kernels
 //                touch only activations and grads, so they run while buckets are being reduced.
-// Host waits poll (HostWait), so a collective that never completes cannot hang the host once the
-// communicator's watchdog has aborted it. Not thread-safe: one rank thread (plus its watchdog, which only
+// Host waits poll (HostWait) with a deadline (wait_limit()): a collective that never completes cannot hang the
+// host; the communicator's watchdog aborts it first and names the missing ranks, and should even that fail,
+// the wait throws HostWaitTimeout, which the rank's thread reports as a Timeout. Not thread-safe: one rank thread (plus its watchdog, which only
 // aborts the communicator) uses it.
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include <cublas_api.h>
@@ -21,6 +24,12 @@
 #include "core/status.h"
 
 namespace ddpcheck::real {
+
+// Thrown by DeviceContext::HostWait when the stream did not finish within the wait limit.
+class HostWaitTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class DeviceContext {
  public:
@@ -49,8 +58,13 @@ class DeviceContext {
   int64_t in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
 
   // ---- host synchronisation ----
-  // Returns once everything enqueued on `stream` so far has finished, polling (never a blocking sync).
+  // Returns once everything enqueued on `stream` so far has finished, polling (never a blocking sync); throws
+  // HostWaitTimeout after wait_limit(), CheckError when the stream failed.
   void HostWait(cudaStream_t stream) const;
+  // The longest HostWait. The NCCL communicator sets it to its timeout plus a margin, so its watchdog (which
+  // names the missing ranks) always fires first.
+  void SetWaitLimit(std::chrono::milliseconds limit) { wait_limit_ = limit; }
+  std::chrono::milliseconds wait_limit() const { return wait_limit_; }
   // A pinned host buffer of at least `bytes`, reused by the next call (one user at a time).
   void* Pinned(int64_t bytes) const;
 
@@ -61,6 +75,7 @@ class DeviceContext {
     cudaEvent_t done;
   };
   int device_ = 0;
+  std::chrono::milliseconds wait_limit_{std::chrono::minutes(10)};
   cudaStream_t compute_ = nullptr, comm_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::vector<Range> in_flight_;

@@ -9,8 +9,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "real/kernel_math.h"
+
 namespace ddpcheck::real::kernels {
 
+// The per-element formulas are real/kernel_math.h's; these launch them over arrays.
 // ---- elementwise ----
 template <typename T> void Fill(T* x, T value, int64_t n, cudaStream_t s);
 // y[r, c] += b[c]
@@ -66,23 +69,12 @@ template <typename T>
 void CrossEntropyBackward(const T* logp, const int32_t* targets, T scale, T* dx, int64_t rows, int64_t cols,
                           cudaStream_t s);
 
-// ---- optimizers (core/optimizer.cc; scalars already rounded to T on the host) ----
-// Python scalars as doubles (rounded to T in the kernel, as the CPU path rounds them): momentum, 1 - dampening,
-// weight_decay, -lr. first: the momentum buffer does not exist yet (it becomes a clone of d).
-struct SgdScalars {
-  double momentum = 0, one_minus_dampening = 1, weight_decay = 0, neg_lr = 0;
-  bool nesterov = false, maximize = false, first = true;
-};
-template <typename T> void SgdStep(const SgdScalars& k, T* p, const T* g, T* momentum_buffer, int64_t n, cudaStream_t s);
-// As core/optimizer.cc's AdamStep computes them on the host (bias corrections in double), rounded to T in the
-// kernel: beta1, beta2, 1 - beta1, 1 - beta2, eps, -lr / bias_correction1, 1 - lr * weight_decay,
-// sqrt(bias_correction2), weight_decay.
-struct AdamScalars {
-  double beta1 = 0.9, beta2 = 0.999, one_minus_beta1 = 0.1, one_minus_beta2 = 0.001, eps = 1e-8, neg_step_size = 0,
-         decay = 1, bc2_sqrt = 1, weight_decay = 0;
-  bool decoupled = false, maximize = false;
-};
-template <typename T> void AdamStep(const AdamScalars& k, T* p, const T* g, T* m, T* v, int64_t n, cudaStream_t s);
+// ---- optimizers (core/optimizer.cc; scalars rounded to T on the host: math::SgdScalarsFor, AdamScalarsFor) ----
+// momentum_buffer may be null without momentum.
+template <typename T>
+void SgdStep(const math::SgdElementScalars<T>& k, T* p, const T* g, T* momentum_buffer, int64_t n, cudaStream_t s);
+template <typename T>
+void AdamStep(const math::AdamElementScalars<T>& k, T* p, const T* g, T* m, T* v, int64_t n, cudaStream_t s);
 
 // ---- AMP ----
 // found_inf |= any non-finite g; then g *= inv_scale unless inv_scale == 1.

@@ -731,15 +731,10 @@ core::Status CudaReplica::OptimizerStepT(double lr) {
     T* p = im.values[i].as<T>();
     const T* g = im.grads[i].as<T>();
     if (o.type == "sgd") {
-      kernels::SgdScalars k;
-      k.momentum = o.momentum;
-      k.one_minus_dampening = 1 - o.dampening;
-      k.weight_decay = o.weight_decay;
-      k.neg_lr = -lr;
-      k.nesterov = o.nesterov;
-      k.maximize = o.maximize;
-      k.first = !im.momentum_init[i];
-      if (o.momentum != 0 && k.first) im.momentum[i].Reserve(n * Elem(dtype_), s);
+      const bool first = !im.momentum_init[i];
+      const auto k = math::SgdScalarsFor<T>(o.momentum, o.dampening, o.weight_decay, lr, o.nesterov, o.maximize,
+                                            first);
+      if (o.momentum != 0 && first) im.momentum[i].Reserve(n * Elem(dtype_), s);
       kernels::SgdStep<T>(k, p, g, o.momentum != 0 ? im.momentum[i].as<T>() : nullptr, n, s);
       if (o.momentum != 0) im.momentum_init[i] = true;
     } else {
@@ -749,21 +744,8 @@ core::Status CudaReplica::OptimizerStepT(double lr) {
         im.adam_init[i] = true;
       }
       im.adam_step[i] += 1.0f;  // state['step'] is a float32 tensor
-      const double step = static_cast<double>(im.adam_step[i]);
-      const double bias_correction1 = 1 - std::pow(o.beta1, step);
-      const double bias_correction2 = 1 - std::pow(o.beta2, step);
-      kernels::AdamScalars k;
-      k.beta1 = o.beta1;
-      k.beta2 = o.beta2;
-      k.one_minus_beta1 = 1 - o.beta1;
-      k.one_minus_beta2 = 1 - o.beta2;
-      k.eps = o.eps;
-      k.neg_step_size = -(lr / bias_correction1);
-      k.decay = 1 - lr * o.weight_decay;
-      k.bc2_sqrt = std::sqrt(bias_correction2);
-      k.weight_decay = o.weight_decay;
-      k.decoupled = o.type == "adamw";
-      k.maximize = o.maximize;
+      const auto k = math::AdamScalarsFor<T>(o.beta1, o.beta2, o.eps, lr, o.weight_decay, o.type == "adamw",
+                                             o.maximize, im.adam_step[i]);
       kernels::AdamStep<T>(k, p, g, im.exp_avg[i].as<T>(), im.exp_avg_sq[i].as<T>(), n, s);
     }
   }

@@ -1,12 +1,11 @@
 // The GPU world's kernels (declared in real/kernels.h). Compiled with --fmad=false: a * b + c rounds twice
 // unless written as an fma, exactly as the reference and core/optimizer.cc round.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "real/cuda_check.h"
+#include "real/kernel_math.h"
 #include "real/kernels.h"
 
 namespace ddpcheck::real::kernels {
@@ -21,16 +20,7 @@ void CheckLaunch(const char* what) { DDPCHECK_CUDA(cudaPeekAtLastError()); (void
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{blockDim.x} * gridDim.x)
 
-__device__ inline float Fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
-__device__ inline double Fma(double a, double b, double c) { return __fma_rn(a, b, c); }
-__device__ inline float Sqrt(float a) { return __fsqrt_rn(a); }
-__device__ inline double Sqrt(double a) { return __dsqrt_rn(a); }
-__device__ inline float Exp(float a) { return expf(a); }
-__device__ inline double Exp(double a) { return exp(a); }
-__device__ inline float Log(float a) { return logf(a); }
-__device__ inline double Log(double a) { return log(a); }
-__device__ inline float Tanh(float a) { return tanhf(a); }
-__device__ inline double Tanh(double a) { return tanh(a); }
+namespace m = ::ddpcheck::real::math;  // every per-element formula (real/kernel_math.h, tested on the CPU)
 
 // Sum of one value per thread of a kThreads block, in a fixed tree order; the result is in every thread.
 template <typename T>
@@ -53,27 +43,23 @@ template <typename T> __global__ void AddBiasRowsK(T* y, const T* b, int64_t row
   GRID_STRIDE(i, rows * cols) y[i] = y[i] + b[i % cols];
 }
 template <typename T> __global__ void ReluK(const T* x, T* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = isnan(x[i]) ? x[i] : (x[i] > T(0) ? x[i] : T(0));  // torch.relu keeps NaN
+  GRID_STRIDE(i, n) y[i] = m::Relu(x[i]);
 }
 template <typename T> __global__ void ReluBackwardK(const T* y, const T* dy, T* dx, int64_t n) {
-  GRID_STRIDE(i, n) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+  GRID_STRIDE(i, n) dx[i] = m::ReluBackward(y[i], dy[i]);
 }
-template <typename T> __global__ void TanhK(const T* x, T* y, int64_t n) { GRID_STRIDE(i, n) y[i] = Tanh(x[i]); }
+template <typename T> __global__ void TanhK(const T* x, T* y, int64_t n) { GRID_STRIDE(i, n) y[i] = m::Tanh(x[i]); }
 template <typename T> __global__ void TanhBackwardK(const T* y, const T* dy, T* dx, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const T yy = y[i] * y[i];
-    const T one_minus = T(1) - yy;
-    dx[i] = dy[i] * one_minus;
-  }
+  GRID_STRIDE(i, n) dx[i] = m::TanhBackward(y[i], dy[i]);
 }
 template <typename T> __global__ void MultiplyK(const T* a, const T* b, T* out, int64_t n) {
   GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }
 template <typename T> __global__ void ScaleK(const T* src, T* dst, T f, bool divide, int64_t n) {
-  GRID_STRIDE(i, n) dst[i] = divide ? src[i] / f : src[i] * f;
+  GRID_STRIDE(i, n) dst[i] = m::Scale(src[i], f, divide);
 }
 template <typename T> __global__ void AccumulateGradK(T* g, const T* t, bool defined, int64_t n) {
-  GRID_STRIDE(i, n) g[i] = defined ? g[i] + t[i] : t[i];
+  GRID_STRIDE(i, n) g[i] = m::AccumulateGrad(g[i], t[i], defined);
 }
 
 // ---- reductions ----
@@ -110,21 +96,20 @@ __global__ void BatchNormForwardK(BnArgs a, const T* x, const T* weight, const T
     var = sumsq / static_cast<T>(n);
     if (a.update_running && threadIdx.x == 0) {
       const T nbt = num_batches_tracked[0] + T(1);  // the bump itself is a separate kernel, after this one
-      const double f = a.momentum_none ? 1.0 / static_cast<double>(nbt) : a.momentum;
-      const T ft = static_cast<T>(f), keep = static_cast<T>(1.0 - f);
-      running_mean[c] = keep * running_mean[c] + ft * mean;
-      running_var[c] = keep * running_var[c] + ft * (sumsq / static_cast<T>(n - 1));
+      const double f = m::BnFactor(a.momentum_none, a.momentum, nbt);
+      running_mean[c] = m::BnRunningUpdate(running_mean[c], mean, f);
+      running_var[c] = m::BnRunningUpdate(running_var[c], sumsq / static_cast<T>(n - 1), f);
     }
   } else {
     mean = running_mean[c];
     var = running_var[c];
   }
-  const T invstd = T(1) / Sqrt(var + static_cast<T>(a.eps));
+  const T invstd = m::BnInvstd(var, a.eps);
   if (threadIdx.x == 0) invstd_out[c] = invstd;
   for (int64_t r = threadIdx.x; r < n; r += kThreads) {
-    const T xh = (x[r * C + c] - mean) * invstd;
+    const T xh = m::BnNormalize(x[r * C + c], mean, invstd);
     xhat[r * C + c] = xh;
-    y[r * C + c] = a.affine ? xh * weight[c] + bias[c] : xh;
+    y[r * C + c] = a.affine ? m::BnAffine(xh, weight[c], bias[c]) : xh;
   }
 }
 template <typename T> __global__ void BumpK(T* nbt) { nbt[0] = nbt[0] + T(1); }
@@ -163,12 +148,10 @@ __global__ void BatchNormBackwardK(BnArgs a, const T* dy, const T* xhat, const T
   const T sum_g = BlockSum(ag);
   const T sum_gx = BlockSum(agx);
   const T nt = static_cast<T>(n);
-  const T factor = invstd[c] / nt;
+  const T factor = m::BnBackwardFactor(invstd[c], nt);
   for (int64_t r = threadIdx.x; r < n; r += kThreads) {
     const T g = a.affine ? dy[r * C + c] * w : dy[r * C + c];
-    T d = g * nt - sum_g;
-    d = d - xhat[r * C + c] * sum_gx;
-    dx[r * C + c] = d * factor;
+    dx[r * C + c] = m::BnBackwardDx(g, nt, sum_g, xhat[r * C + c], sum_gx, factor);
   }
 }
 
@@ -184,19 +167,11 @@ template <typename T> __global__ void MseForwardK(const T* out, const T* target,
   if (threadIdx.x == 0) *loss = total / static_cast<T>(n);
 }
 template <typename T> __global__ void MseBackwardK(const T* diff, T norm, T scale, T* dx, int64_t n) {
-  GRID_STRIDE(i, n) dx[i] = (diff[i] * norm) * scale;
+  GRID_STRIDE(i, n) dx[i] = m::MseBackward(diff[i], norm, scale);
 }
 template <typename T>
 __global__ void LogSoftmaxRowsK(const T* logits, T* logp, int64_t rows, int64_t cols) {
-  GRID_STRIDE(r, rows) {
-    const T* x = logits + r * cols;
-    T m = x[0];
-    for (int64_t c = 1; c < cols; ++c) m = x[c] > m ? x[c] : m;
-    T s = T(0);
-    for (int64_t c = 0; c < cols; ++c) s = s + Exp(x[c] - m);
-    const T lse = Log(s);
-    for (int64_t c = 0; c < cols; ++c) logp[r * cols + c] = (x[c] - m) - lse;
-  }
+  GRID_STRIDE(r, rows) m::LogSoftmaxRow(logits + r * cols, logp + r * cols, cols);
 }
 template <typename T>
 __global__ void NllMeanK(const T* logp, const int32_t* targets, T* loss, int64_t rows, int64_t cols) {
@@ -208,77 +183,39 @@ template <typename T>
 __global__ void CrossEntropyBackwardK(const T* logp, const int32_t* targets, T g, T* dx, int64_t rows, int64_t cols) {
   GRID_STRIDE(i, rows * cols) {
     const int64_t r = i / cols, c = i % cols;
-    T v = Exp(logp[i]) * (-g);
-    if (c == targets[r]) v = v + g;
-    dx[i] = v;
+    dx[i] = m::CrossEntropyBackward(logp[i], g, c == targets[r]);
   }
 }
 
 // ---- optimizers ----
 template <typename T>
-__global__ void SgdK(SgdScalars k, T* p, const T* g, T* buf, int64_t n) {
-  const T momentum = static_cast<T>(k.momentum), omd = static_cast<T>(k.one_minus_dampening);
-  const T wd = static_cast<T>(k.weight_decay), neg_lr = static_cast<T>(k.neg_lr);
-  GRID_STRIDE(i, n) {
-    T d = k.maximize ? -g[i] : g[i];
-    if (k.weight_decay != 0) d = Fma(wd, p[i], d);
-    if (k.momentum != 0) {
-      if (k.first) {
-        buf[i] = d;
-      } else {
-        const T scaled = buf[i] * momentum;
-        buf[i] = Fma(omd, d, scaled);
-      }
-      d = k.nesterov ? Fma(momentum, buf[i], d) : buf[i];
-    }
-    p[i] = Fma(neg_lr, d, p[i]);
-  }
+__global__ void SgdK(m::SgdElementScalars<T> k, T* p, const T* g, T* buf, int64_t n) {
+  GRID_STRIDE(i, n) m::SgdElement(k, &p[i], g[i], k.use_momentum ? &buf[i] : nullptr);
 }
 template <typename T>
-__global__ void AdamK(AdamScalars k, T* p, const T* g, T* m, T* v, int64_t n) {
-  const T beta1 = static_cast<T>(k.beta1), beta2 = static_cast<T>(k.beta2);
-  const T omb1 = static_cast<T>(k.one_minus_beta1), omb2 = static_cast<T>(k.one_minus_beta2);
-  const T eps = static_cast<T>(k.eps), neg_step = static_cast<T>(k.neg_step_size), decay = static_cast<T>(k.decay);
-  const T bc2 = static_cast<T>(k.bc2_sqrt), wd = static_cast<T>(k.weight_decay);
-  GRID_STRIDE(i, n) {
-    T grad = k.maximize ? -g[i] : g[i];
-    if (k.decoupled) {
-      p[i] = p[i] * decay;
-    } else if (k.weight_decay != 0) {
-      grad = Fma(wd, p[i], grad);
-    }
-    const T m_scaled = m[i] * beta1;
-    m[i] = Fma(omb1, grad, m_scaled);
-    const T v_scaled = v[i] * beta2;
-    const T cg = omb2 * grad;
-    v[i] = Fma(cg, grad, v_scaled);
-    const T root = Sqrt(v[i]);
-    const T scaled_root = root / bc2;
-    const T denom = scaled_root + eps;
-    const T num = neg_step * m[i];
-    const T quot = num / denom;
-    p[i] = p[i] + quot;
-  }
+__global__ void AdamK(m::AdamElementScalars<T> k, T* p, const T* g, T* m_, T* v, int64_t n) {
+  GRID_STRIDE(i, n) m::AdamElement(k, &p[i], g[i], &m_[i], &v[i]);
 }
 
 // ---- AMP ----
 template <typename T>
 __global__ void UnscaleK(T* g, int64_t n, float inv_scale, int32_t* found_inf) {
   GRID_STRIDE(i, n) {
-    if (!isfinite(static_cast<double>(g[i]))) *found_inf = 1;
-    if (inv_scale != 1.0f) g[i] = g[i] * static_cast<T>(inv_scale);
+    bool inf = false;
+    g[i] = m::UnscaleElement(g[i], inv_scale, &inf);
+    if (inf) *found_inf = 1;
   }
 }
-template <typename L> __device__ L ToLow(float v);
-template <> __device__ __half ToLow<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 ToLow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-__device__ float FromLow(__half v) { return __half2float(v); }
-__device__ float FromLow(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename L> __global__ void FloatToLowK(const float* s, L* d, int64_t n) { GRID_STRIDE(i, n) d[i] = ToLow<L>(s[i]); }
-template <typename L> __global__ void LowToFloatK(const L* s, float* d, int64_t n) { GRID_STRIDE(i, n) d[i] = FromLow(s[i]); }
-template <typename L> __global__ void RoundToLowK(float* x, int64_t n) { GRID_STRIDE(i, n) x[i] = FromLow(ToLow<L>(x[i])); }
-template <typename L> __global__ void BroadcastRowsK(const float* b, L* c, int64_t rows, int64_t cols) {
-  GRID_STRIDE(i, rows * cols) c[i] = ToLow<L>(b[i % cols]);
+// Low-precision storage is 16-bit words holding fp16 or bf16 bits (cuBLAS reads them as CUDA_R_16F / 16BF).
+__global__ void FloatToLowK(const float* s, uint16_t* d, int64_t n, bool bf16) {
+  GRID_STRIDE(i, n) d[i] = m::FloatToLowBits(s[i], bf16);
+}
+__global__ void LowToFloatK(const uint16_t* s, float* d, int64_t n, bool bf16) {
+  GRID_STRIDE(i, n) d[i] = m::LowBitsToFloat(s[i], bf16);
+}
+__global__ void RoundToLowK(float* x, int64_t n, bool bf16) { GRID_STRIDE(i, n) x[i] = m::RoundToLow(x[i], bf16); }
+__global__ void BroadcastRowsK(const float* b, uint16_t* c, int64_t rows, int64_t cols, bool bf16) {
+  GRID_STRIDE(i, rows * cols) c[i] = m::FloatToLowBits(b[i % cols], bf16);
 }
 
 }  // namespace
@@ -379,12 +316,14 @@ void CrossEntropyBackward(const T* logp, const int32_t* targets, T scale, T* dx,
   CrossEntropyBackwardK<<<Blocks(rows * cols), kThreads, 0, s>>>(logp, targets, g, dx, rows, cols);
   CheckLaunch("CrossEntropyBackward");
 }
-template <typename T> void SgdStep(const SgdScalars& k, T* p, const T* g, T* buf, int64_t n, cudaStream_t s) {
+template <typename T>
+void SgdStep(const m::SgdElementScalars<T>& k, T* p, const T* g, T* buf, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   SgdK<<<Blocks(n), kThreads, 0, s>>>(k, p, g, buf, n);
   CheckLaunch("SgdStep");
 }
-template <typename T> void AdamStep(const AdamScalars& k, T* p, const T* g, T* m, T* v, int64_t n, cudaStream_t s) {
+template <typename T>
+void AdamStep(const m::AdamElementScalars<T>& k, T* p, const T* g, T* m, T* v, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   AdamK<<<Blocks(n), kThreads, 0, s>>>(k, p, g, m, v, n);
   CheckLaunch("AdamStep");
@@ -397,26 +336,22 @@ template <typename T> void UnscaleGrads(T* g, int64_t n, float inv_scale, int32_
 
 void FloatToLow(const float* src, void* dst, int64_t n, bool bf16, cudaStream_t s) {
   if (n == 0) return;
-  if (bf16) FloatToLowK<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<__nv_bfloat16*>(dst), n);
-  else FloatToLowK<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<__half*>(dst), n);
+  FloatToLowK<<<Blocks(n), kThreads, 0, s>>>(src, static_cast<uint16_t*>(dst), n, bf16);
   CheckLaunch("FloatToLow");
 }
 void LowToFloat(const void* src, float* dst, int64_t n, bool bf16, cudaStream_t s) {
   if (n == 0) return;
-  if (bf16) LowToFloatK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(src), dst, n);
-  else LowToFloatK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const __half*>(src), dst, n);
+  LowToFloatK<<<Blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(src), dst, n, bf16);
   CheckLaunch("LowToFloat");
 }
 void RoundToLow(float* x, int64_t n, bool bf16, cudaStream_t s) {
   if (n == 0) return;
-  if (bf16) RoundToLowK<__nv_bfloat16><<<Blocks(n), kThreads, 0, s>>>(x, n);
-  else RoundToLowK<__half><<<Blocks(n), kThreads, 0, s>>>(x, n);
+  RoundToLowK<<<Blocks(n), kThreads, 0, s>>>(x, n, bf16);
   CheckLaunch("RoundToLow");
 }
 void BroadcastRowsToLow(const float* b, void* c, int64_t rows, int64_t cols, bool bf16, cudaStream_t s) {
   if (rows * cols == 0) return;
-  if (bf16) BroadcastRowsK<<<Blocks(rows * cols), kThreads, 0, s>>>(b, static_cast<__nv_bfloat16*>(c), rows, cols);
-  else BroadcastRowsK<<<Blocks(rows * cols), kThreads, 0, s>>>(b, static_cast<__half*>(c), rows, cols);
+  BroadcastRowsK<<<Blocks(rows * cols), kThreads, 0, s>>>(b, static_cast<uint16_t*>(c), rows, cols, bf16);
   CheckLaunch("BroadcastRowsToLow");
 }
 
@@ -440,8 +375,8 @@ void BroadcastRowsToLow(const float* b, void* c, int64_t rows, int64_t cols, boo
   template void MseBackward<T>(const T*, T, T, T*, int64_t, cudaStream_t);                                       \
   template void CrossEntropyForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, cudaStream_t);        \
   template void CrossEntropyBackward<T>(const T*, const int32_t*, T, T*, int64_t, int64_t, cudaStream_t);        \
-  template void SgdStep<T>(const SgdScalars&, T*, const T*, T*, int64_t, cudaStream_t);                          \
-  template void AdamStep<T>(const AdamScalars&, T*, const T*, T*, T*, int64_t, cudaStream_t);                    \
+  template void SgdStep<T>(const m::SgdElementScalars<T>&, T*, const T*, T*, int64_t, cudaStream_t);            \
+  template void AdamStep<T>(const m::AdamElementScalars<T>&, T*, const T*, T*, T*, int64_t, cudaStream_t);       \
   template void UnscaleGrads<T>(T*, int64_t, float, int32_t*, cudaStream_t);
 DDPCHECK_INSTANTIATE(float)
 DDPCHECK_INSTANTIATE(double)

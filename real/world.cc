@@ -116,6 +116,8 @@ core::Status RunOneRank(const core::Scenario& s, const RealOptions& opts, int ra
     replica.reset();
     core::SetThreadRank(-1, -1);
     return st;
+  } catch (const HostWaitTimeout& e) {  // the watchdog did not end the wait: still a lost peer, not a bug
+    return setup_failed(core::Status::Timeout(fmt::format("rank {}: {}", rank, e.what())));
   } catch (const std::exception& e) {
     return setup_failed(core::Status::Internal(fmt::format("rank {}: {}", rank, e.what())));
   }
