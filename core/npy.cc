@@ -259,12 +259,7 @@ Status WriteNpy(const std::string& path, const Tensor& t) {
   std::string bytes;
   Status st = EncodeNpy(t, &bytes);
   if (!st.ok()) return st.Prefixed(path);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::Io(path + ": cannot open for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) return Status::Io(path + ": write failed");
-  return Status::Ok();
+  return WriteStringToFile(path, bytes);  // names a full disk; removes a partly written file
 }
 
 Status ExpectShape(const Tensor& t, std::vector<int64_t> expected, const std::string& what) {

@@ -1,5 +1,7 @@
 #include "core/trace.h"
 
+#include "core/file.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -127,11 +129,7 @@ Status Trace::Write(const std::string& dir) const {
                       {"kind", e.kind}, {"message", e.message}});
   }
   index["events"] = std::move(events);
-  std::ofstream out(dir + "/index.json");
-  if (!out) return Status::Io(dir + "/index.json: cannot write");
-  out << index.dump(1) << "\n";
-  if (!out) return Status::Io(dir + "/index.json: write failed (disk full?)");
-  return Status::Ok();
+  return WriteStringToFile(dir + "/index.json", index.dump(1) + "\n");
 }
 
 namespace {

@@ -43,8 +43,10 @@ core::Status Finish(const std::optional<core::Scenario>& s, Produced got, const 
     StampPolicy(policy, &got.trace);
     StampPolicy(policy, &want.trace);
   }
-  if (!opts.dump_trace.empty()) DDPCHECK_RETURN_IF_ERROR(got.trace.Write(opts.dump_trace));
-  if (has_oracle && !opts.dump_reference.empty()) DDPCHECK_RETURN_IF_ERROR(want.trace.Write(opts.dump_reference));
+  if (!opts.dump_trace.empty()) DDPCHECK_RETURN_IF_ERROR(got.trace.Write(opts.dump_trace).Prefixed("--dump-trace"));
+  if (has_oracle && !opts.dump_reference.empty()) {
+    DDPCHECK_RETURN_IF_ERROR(want.trace.Write(opts.dump_reference).Prefixed("--dump-reference"));
+  }
 
   Composition c;
   c.scenario = s ? &*s : nullptr;

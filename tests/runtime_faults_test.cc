@@ -350,6 +350,15 @@ TEST(DiskFull, TheReportWriteNamesTheFullDiskAndLeavesNoPartialFile) {
   EXPECT_FALSE(std::filesystem::exists(disk.path() + "/report.json"));
 }
 
+TEST(DiskFull, DumpTraceNamesTheFlagAndTheFullDisk) {
+  FullDisk disk;
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a 64 KiB tmpfs here (needs root / CAP_SYS_ADMIN)";
+  disk.Fill();
+  const auto r = testing::RunCli("run --world 2 --steps 2 -q --dump-trace " + disk.path() + "/trace");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--dump-trace: disk full writing "));
+}
+
 TEST(DiskFull, AFileStoreOnAFullDiskOrOneThatFillsUpMidRunNamesTheFullDisk) {
   FullDisk disk;
   if (!disk.mounted()) GTEST_SKIP() << "cannot mount a 64 KiB tmpfs here (needs root / CAP_SYS_ADMIN)";
