@@ -50,9 +50,16 @@ void Frame(const Composition& c, core::RunReport* report) {
 // world) against the float64 reference when its oracle is that reference, the arithmetic is not exact by
 // construction and the scenario has rules (no AMP yet). Its fallback for values without element-wise rules is
 // the same policy at one step's budget. The GPU worlds keep their math-mode policies (harness/gpu.h).
+// `diff A B` is judged the same way when B is a stored reference trace and A carries its scenario (a CPU-world
+// or torch trace written by --dump-trace): the replay is B's computation, from A's recorded states.
 bool UseStepLocal(const Composition& c) {
-  if (!c.scenario || !c.want || c.want->name.rfind("reference", 0) != 0 || c.policy.exact) return false;
-  if (c.kind != SourceKind::kTorchDump && c.kind != SourceKind::kSim) return false;
+  if (!c.scenario || !c.want || c.policy.exact) return false;
+  const bool oracle_is_reference = c.want->name.rfind("reference", 0) == 0 ||
+                                   c.want->trace.meta.value("backend", std::string()) == "reference";
+  if (!oracle_is_reference) return false;
+  const bool stored_run = c.kind == SourceKind::kStoredTrace &&
+                          c.got->trace.meta.value("backend", std::string("reference")) != "reference";
+  if (c.kind != SourceKind::kTorchDump && c.kind != SourceKind::kSim && !stored_run) return false;
   return ref::StepLocalSupported(*c.scenario);
 }
 

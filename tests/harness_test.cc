@@ -12,6 +12,7 @@
 
 #include "core/diagnose.h"
 #include "core/scenario.h"
+#include "core/trace.h"
 #include "harness/check.h"
 #include "tests/test_util.h"
 
@@ -122,6 +123,37 @@ TEST(Harness, DiffOfStoredTracesGivesTheReportOfTheRunThatWroteThem) {
   EXPECT_EQ(b.first, a.first);
   EXPECT_EQ(b.pattern, a.pattern);
   EXPECT_EQ(b.failed_cells, a.failed_cells);
+}
+
+// `diff RUN REFERENCE` is judged like `run`: step-local with element-wise bounds. A float32 run's parameters
+// scaled by 1 + 1e-4 at one step in the stored trace (the ranks still agree) fail at that step.
+TEST(Harness, DiffAgainstAStoredReferenceCatchesA1e4ErrorInFloat32AtItsStep) {
+  TempDir dir;
+  const std::string scenario = std::string(testing::SourceDir()) + "/scenarios/tutorial_toymodel.json";
+  const auto run = RunCli("run '" + scenario + "' -q --dump-trace " + dir.File("got") + " --dump-reference " +
+                          dir.File("want"));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  core::Trace got;
+  ASSERT_TRUE(core::Trace::Read(dir.File("got"), &got).ok());
+  core::Trace edited;
+  edited.meta = got.meta;
+  for (const auto& [key, value] : got.records()) {
+    core::Tensor v = value;
+    if (key.step == 3 && key.checkpoint == core::Checkpoint::kParams) {
+      for (double& x : v.data) x = static_cast<double>(static_cast<float>(x * (1 + 1e-4)));
+    }
+    edited.Add(key, std::move(v));
+  }
+  for (const auto& e : got.events()) edited.AddEvent(e);
+  ASSERT_TRUE(edited.Write(dir.File("edited")).ok());
+  const auto clean = RunCli("diff " + dir.File("got") + " " + dir.File("want") + " -q");
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  const auto diff = RunCli("diff " + dir.File("edited") + " " + dir.File("want") + " -q --report-json " +
+                           dir.File("diff.json"));
+  ASSERT_EQ(diff.exit_code, 1) << diff.out << diff.err;
+  const auto report = ReadJson(dir.File("diff.json"));
+  EXPECT_EQ(report.at("first_divergence").at("step"), 3) << diff.out;
+  EXPECT_EQ(report.at("first_divergence").at("checkpoint"), "params") << diff.out;
 }
 
 TEST(Harness, CpuBinaryNeedsNoCudaLibrary) {
