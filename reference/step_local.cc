@@ -221,7 +221,15 @@ class Replayer {
 
 }  // namespace
 
-bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled; }
+bool StepLocalSupported(const core::Scenario& s) {
+  if (s.amp.enabled) return false;
+  // SyncBatchNorm has no element-wise rules: its gradients before the layer are rounding noise whose bound the
+  // analysis cannot give, and Adam turns such noise into lr-sized updates (a clean float32 run failed by 3 %).
+  for (const auto& l : s.model) {
+    if (l.type == "syncbatchnorm1d") return false;
+  }
+  return true;
+}
 
 core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorded, core::Trace* values,
                              core::Trace* bounds) {

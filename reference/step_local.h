@@ -18,7 +18,8 @@
 
 namespace ddpcheck::ref {
 
-// Whether ReplayStepLocal supports the scenario: no AMP (GradScaler state is not yet loaded from a record).
+// Whether ReplayStepLocal supports the scenario: no AMP (GradScaler state is not yet loaded from a record) and
+// no SyncBatchNorm layer (no element-wise rules for it); the harness uses the normwise policy otherwise.
 bool StepLocalSupported(const core::Scenario& s);
 
 // `s` with its data materialised. *values: the float64 reference's values of each step from the recorded
