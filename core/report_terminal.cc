@@ -74,6 +74,11 @@ CheckpointCells FormatCheckpointCells(const RunReport& r, const std::string& nam
 std::string ToleranceSummary(const RunReport& r) {
   if (r.result.derivation.empty()) return "";
   if (r.result.derivation.rfind("exact", 0) == 0) return "exact by construction: every value must be bitwise equal";
+  if (r.result.derivation.rfind("step-local", 0) == 0) {
+    return "exact for integers, sampler, lr and scaler state; each floating value within its own bound from a "
+           "running error analysis of its step, replayed from the run's recorded state (its derivation: "
+           "--report-md, --report-html; docs/tolerance.md)";
+  }
   return "exact for integers, sampler, lr and scaler state; a budget derived from precision, reduction length "
          "and W for floating values (its derivation: --report-md, --report-html)";
 }
