@@ -1,5 +1,5 @@
 // Step-local replay with element-wise bounds (reference/step_local.h) raises no alarm on clean runs: random
-// models (Linear, BatchNorm1d, ReLU/Tanh, MSE or cross-entropy), W, batch sizes, no_sync windows and optimizers
+// models (Linear, BatchNorm1d or SyncBatchNorm1d after a biased Linear, ReLU/Tanh, MSE or cross-entropy), W, batch sizes, no_sync windows and optimizers
 // (SGD with momentum/nesterov/weight decay, Adam, AdamW) in float32 and float64, with the sim world's trace
 // (ranks over the local communicator, the DDP protocol's own reduction order) as the run under test.
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ std::vector<core::LayerSpec> RandomModel(int64_t in, int64_t hidden, int64_t out
   layers.insert(layers.begin() + 1, act);
   if (*rc::gen::arbitrary<bool>()) {
     core::LayerSpec bn;
-    bn.type = "batchnorm1d";
+    bn.type = *rc::gen::element<std::string>("batchnorm1d", "syncbatchnorm1d");
     bn.num_features = hidden;
     bn.momentum_none = *rc::gen::arbitrary<bool>();
     layers.insert(layers.begin() + 1, bn);
@@ -89,6 +89,7 @@ RC_GTEST_PROP(StepLocal, CleanSimRunsPassTheElementWiseBounds, ()) {
     RC_ASSERT(r.stats["params"].bounded > 0);
   }
   RC_CLASSIFY(s.model.size() == 4, "batchnorm");
+  RC_CLASSIFY(s.model.size() == 4 && s.model[1].type == "syncbatchnorm1d", "syncbatchnorm");
   RC_CLASSIFY(s.loss == "cross_entropy", "cross-entropy");
   RC_CLASSIFY(s.precision == core::DType::kFloat32, "float32");
 }

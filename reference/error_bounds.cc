@@ -35,58 +35,111 @@ double InvSqrtBound(double s, double es, double u) {
   return es / (2.0 * std::pow(s - es, 1.5)) + 3.0 * u / std::sqrt(s);
 }
 
-void BatchNormForward(const BatchNorm1d<double>& bn, const double* w, const double* b, const double* running_mean,
-                      const double* running_var, double u, LayerCache* c, std::vector<std::vector<double>>* ebuf,
-                      int buffer_base) {
+// The statistics one BatchNorm forward normalises with, per channel, and their bounds.
+struct BnStats {
+  RV mean, emean;  // the mean
+  RV var, evar;    // the biased variance
+  RV unb, eunb;    // the unbiased variance (running_var's update)
+};
+
+// Two-pass statistics of h (bound e) over its rows, as torch's CPU kernel and batch_norm_stats compute them:
+// a mean off by d changes sum((x - mean - d)^2) = sum(c^2) + n d^2 (sum(c) = 0), so the mean's error enters
+// only squared, and the inputs' errors as 2 |c| e.
+BnStats TwoPassStats(const M& h, const M& e, double u) {
+  const auto n = static_cast<double>(h.rows());
+  BnStats st;
+  st.mean = h.colwise().sum() / n;
+  st.emean = e.colwise().sum() / n + Gamma(n + 1, u) * Abs(h).colwise().sum() / n;
+  const M cen = h.rowwise() - st.mean;
+  const RV sumsq = cen.cwiseProduct(cen).colwise().sum();
+  st.var = sumsq / n;
+  const M ec_own = e + u * Abs(cen);
+  st.evar = (2.0 * Abs(cen).cwiseProduct(ec_own) + ec_own.cwiseProduct(ec_own)).colwise().sum() / n +
+            st.emean.cwiseProduct(st.emean) + Gamma(n + 2, u) * sumsq / n;
+  st.unb = sumsq / (n - 1);
+  st.eunb = st.evar * n / (n - 1);
+  return st;
+}
+
+// SyncBatchNorm's statistics over every member's rows (core/sync_bn_merge.h): each rank's two-pass mean and
+// invstd = 1/sqrt(var + eps), all-gathered, then Chan's merge in rank order,
+//   v = (1/invstd_j)^2 - eps;  v *= n_j;  f = 1/(n + n_j);
+//   var_n += v + (avg - mean_j)^2 n n_j f;  avg = n f avg + n_j f mean_j;  n += n_j.
+// Recovering v from invstd costs the invstd's bound twice (squared) and 3u of var + eps; the merge is a
+// convex combination of the means (their bounds weighted, g(5W) of the largest) and a sum of 2W terms
+// (g(2W + 6) of their magnitudes); a mean off by d moves (avg - mean_j)^2 by 2 |avg - mean_j| d to first order.
+BnStats MergedStats(const std::vector<M>& hs, const std::vector<M>& es, double eps, double u) {
+  const int64_t ch = hs.front().cols();
+  const auto W = static_cast<double>(hs.size());
+  BnStats st;
+  st.mean = RV::Zero(ch);
+  st.emean = RV::Zero(ch);
+  st.var = RV::Zero(ch);
+  st.evar = RV::Zero(ch);
+  RV var_n = RV::Zero(ch), evar_n = RV::Zero(ch), mag = RV::Zero(ch), mean_max = RV::Zero(ch), eavg = RV::Zero(ch);
+  double n = 0;
+  for (size_t j = 0; j < hs.size(); ++j) {
+    const auto nj = static_cast<double>(hs[j].rows());
+    if (nj < 1) continue;
+    const BnStats l = TwoPassStats(hs[j], es[j], u);
+    const double f = 1.0 / (n + nj);
+    for (int64_t k = 0; k < ch; ++k) {
+      const double s = l.var(k) + eps;
+      const double einv = InvSqrtBound(s, l.evar(k) + u * s, u);
+      const double invstd = 1.0 / std::sqrt(s);
+      // 1/invstd = sqrt(s) (1 + r), |r| <= einv sqrt(s) + u; squared: 2|r| + r^2 + u; minus eps: u |var|.
+      const double r = std::isfinite(einv) ? einv / invstd + u : kInf;
+      const double ev = (s * (2 * r + r * r + u) + u * std::abs(l.var(k))) * nj + u * nj * std::abs(l.var(k));
+      const double d = st.mean(k) - l.mean(k);
+      const double ed = eavg(k) + l.emean(k) + u * std::abs(d);
+      const double wgt = n * nj * f;
+      evar_n(k) += ev + (2 * std::abs(d) * ed + ed * ed) * wgt;
+      var_n(k) += nj * l.var(k) + d * d * wgt;
+      mag(k) += nj * std::abs(l.var(k)) + nj * s + d * d * wgt;
+      eavg(k) = n * f * eavg(k) + nj * f * l.emean(k);
+      st.mean(k) = n * f * st.mean(k) + nj * f * l.mean(k);
+      mean_max(k) = std::max(mean_max(k), std::abs(l.mean(k)));
+      eavg(k) += Gamma(5, u) * mean_max(k);
+    }
+    n += nj;
+  }
+  st.emean = eavg;
+  evar_n += Gamma(2 * W + 6, u) * mag;
+  st.var = var_n / n;
+  st.evar = evar_n / n + u * st.var.cwiseAbs();
+  st.unb = var_n / (n - 1);
+  st.eunb = evar_n / (n - 1) + u * st.unb.cwiseAbs();
+  return st;
+}
+
+// The running statistics after a forward in training: r' = (1 - f) r + f stat, f and 1 - f rounded to the
+// run's type. running_mean/var hold the updated values: |(1 - f) r_old| <= |r_new| + f |stat|.
+void RunningStatBounds(const BatchNormOptions& o, const BnStats& st, const double* running_mean,
+                       const double* running_var, double u, std::vector<double>* erm, std::vector<double>* erv) {
+  const auto ch = static_cast<size_t>(st.mean.size());
+  const double f = o.momentum_none ? kInf : o.momentum;
+  erm->assign(ch, 0.0);
+  erv->assign(ch, 0.0);
+  for (size_t kk = 0; kk < ch; ++kk) {
+    const auto k = static_cast<Eigen::Index>(kk);
+    if (!std::isfinite(f)) {  // momentum=None: f = 1/num_batches_tracked, the new stat's own share
+      (*erm)[kk] = st.emean(k) + 4 * u * (std::abs(running_mean[kk]) + std::abs(st.mean(k)));
+      (*erv)[kk] = st.eunb(k) + 5 * u * (std::abs(running_var[kk]) + std::abs(st.unb(k)));
+      continue;
+    }
+    (*erm)[kk] = f * st.emean(k) + 4 * u * (std::abs(running_mean[kk]) + 2 * f * std::abs(st.mean(k)));
+    (*erv)[kk] = f * st.eunb(k) + 5 * u * (std::abs(running_var[kk]) + 2 * f * std::abs(st.unb(k)));
+  }
+}
+
+// Normalises c->in (bound c->ein) with the given statistics and applies weight and bias (w, b may be null).
+void Normalize(const RV& mean, const RV& emean, const RV& var, const RV& evar, double eps, const double* w,
+               const double* b, double u, LayerCache* c) {
   const M& h = c->in;
   const M& e = c->ein;
-  const auto n = static_cast<double>(h.rows());
-  const int64_t ch = bn.num_features();
-  const double eps = bn.options().eps;
-  RV mean, emean, var, evar;
-  M cen, ecen;
-  c->batch_stats = bn.UsesBatchStats();
-  if (c->batch_stats) {
-    mean = h.colwise().sum() / n;
-    emean = e.colwise().sum() / n + Gamma(n + 1, u) * Abs(h).colwise().sum() / n;
-    cen = h.rowwise() - mean;
-    ecen = (e.rowwise() + emean) + u * Abs(cen);
-    const RV sumsq = cen.cwiseProduct(cen).colwise().sum();
-    // torch's CPU kernel takes two passes (mean, then the sum of squared deviations, accumulated in double for
-    // float): a mean off by d changes sum((x - mean - d)^2) = sum(c^2) + n d^2 (sum(c) = 0), so the mean's
-    // error enters only squared, and the inputs' errors as 2 |c| e.
-    var = sumsq / n;
-    const M ec_own = e + u * Abs(cen);
-    evar = (2.0 * Abs(cen).cwiseProduct(ec_own) + ec_own.cwiseProduct(ec_own)).colwise().sum() / n +
-           emean.cwiseProduct(emean) + Gamma(n + 2, u) * sumsq / n;
-    if (bn.options().track_running_stats && ebuf) {
-      // The running stats after this forward: r' = (1 - f) r + f stat, f and 1 - f rounded to the run's type.
-      const double f = bn.options().momentum_none ? kInf : bn.options().momentum;
-      auto& erm = (*ebuf)[static_cast<size_t>(buffer_base)];
-      auto& erv = (*ebuf)[static_cast<size_t>(buffer_base + 1)];
-      erm.assign(static_cast<size_t>(ch), 0.0);
-      erv.assign(static_cast<size_t>(ch), 0.0);
-      for (int64_t k = 0; k < ch; ++k) {
-        const auto kk = static_cast<size_t>(k);
-        if (!std::isfinite(f)) {  // momentum=None: f = 1/num_batches_tracked, the new stat's own share
-          erm[kk] = emean(k) + 4 * u * (std::abs(running_mean[k]) + std::abs(mean(k)));
-          erv[kk] = evar(k) * n / (n - 1) + 5 * u * (std::abs(running_var[k]) + sumsq(k) / (n - 1));
-          continue;
-        }
-        // running_mean/var hold the updated values: |(1 - f) r_old| <= |r_new| + f |stat|.
-        const double unb = sumsq(k) / (n - 1);
-        erm[kk] = f * emean(k) + 4 * u * (std::abs(running_mean[k]) + 2 * f * std::abs(mean(k)));
-        erv[kk] = f * evar(k) * n / (n - 1) + 5 * u * (std::abs(running_var[k]) + 2 * f * unb);
-      }
-    }
-  } else {
-    mean = Eigen::Map<const RV>(running_mean, ch);
-    var = Eigen::Map<const RV>(running_var, ch);
-    emean = RV::Zero(ch);
-    evar = RV::Zero(ch);
-    cen = h.rowwise() - mean;
-    ecen = e + u * Abs(cen);
-  }
+  const int64_t ch = h.cols();
+  const M cen = h.rowwise() - mean;
+  const M ecen = (e.rowwise() + emean) + u * Abs(cen);
   c->invstd.resize(ch);
   c->einv.resize(ch);
   for (int64_t k = 0; k < ch; ++k) {
@@ -113,45 +166,90 @@ void BatchNormForward(const BatchNorm1d<double>& bn, const double* w, const doub
             3 * u * (folded.rowwise() + br.cwiseAbs()) + 2 * u * Abs(c->out);
 }
 
-// Backward of BatchNorm1d; returns dx and its bound, fills the weight and bias grads' bounds.
-void BatchNormBackward(const double* w, const LayerCache& c, const M& d, const M& ed, double u, M* dx, M* edx,
-                       std::vector<double>* ew, std::vector<double>* eb) {
+void BatchNormForward(const BatchNormOptions& o, bool batch_stats, const double* w, const double* b,
+                      const double* running_mean, const double* running_var, double u, LayerCache* c,
+                      std::vector<std::vector<double>>* ebuf, int buffer_base) {
+  const int64_t ch = c->in.cols();
+  c->batch_stats = batch_stats;
+  if (batch_stats) {
+    const BnStats st = TwoPassStats(c->in, c->ein, u);
+    if (o.track_running_stats && ebuf) {
+      RunningStatBounds(o, st, running_mean, running_var, u, &(*ebuf)[static_cast<size_t>(buffer_base)],
+                        &(*ebuf)[static_cast<size_t>(buffer_base + 1)]);
+    }
+    Normalize(st.mean, st.emean, st.var, st.evar, o.eps, w, b, u, c);
+  } else {
+    Normalize(Eigen::Map<const RV>(running_mean, ch), RV::Zero(ch), Eigen::Map<const RV>(running_var, ch),
+              RV::Zero(ch), o.eps, w, b, u, c);
+  }
+}
+
+// The column sums BatchNorm's input gradient needs, over one or several members' rows, with their bounds:
+// sg = sum g, sgx = sum g xhat (g = dy * weight). Bounds are gathered raw (`abs_*`) and finished by Finish
+// once the number of terms is known (a sum of n terms in any order, local sums then an all-reduce: g(n + W)).
+struct BnGradSums {
+  RV sg, esg, abs_g, sgx, esgx, abs_gx;
+  void Add(const M& g, const M& eg, const LayerCache& c) {
+    const M gx = g.cwiseProduct(c.xhat);
+    const RV esgx_j = (eg.cwiseProduct(Abs(c.xhat)) + Abs(g).cwiseProduct(c.exhat) + eg.cwiseProduct(c.exhat)).colwise().sum();
+    if (sg.size() == 0) {
+      sg = RV::Zero(g.cols());
+      esg = abs_g = sgx = esgx = abs_gx = sg;
+    }
+    sg += g.colwise().sum();
+    esg += eg.colwise().sum();
+    abs_g += Abs(g).colwise().sum();
+    sgx += gx.colwise().sum();
+    esgx += esgx_j;
+    abs_gx += Abs(gx).colwise().sum();
+  }
+  void Finish(double n, double extra, double u) {
+    esg += Gamma(n + extra, u) * abs_g;
+    esgx += Gamma(n + 1 + extra, u) * abs_gx;
+  }
+};
+
+// BatchNorm's weight and bias gradients of one member's rows (local, as torch and SyncBatchNorm compute them)
+// and g = dy * weight with its bound.
+void BatchNormAffineGrads(const double* w, const LayerCache& c, const M& d, const M& ed, double u, M* g, M* eg,
+                          std::vector<double>* ew, std::vector<double>* eb) {
   const auto n = static_cast<double>(d.rows());
   const int64_t ch = d.cols();
-  M g = d, eg = ed;
-  if (w) {
-    const RV wr = Eigen::Map<const RV>(w, ch);
-    const RV edw = (ed.cwiseProduct(Abs(c.xhat)) + Abs(d).cwiseProduct(c.exhat) + ed.cwiseProduct(c.exhat)).colwise().sum() +
-                   Gamma(n + 1, u) * Abs(d.cwiseProduct(c.xhat)).colwise().sum();
-    const RV edb = ed.colwise().sum() + Gamma(n, u) * Abs(d).colwise().sum();
-    ew->assign(edw.data(), edw.data() + ch);
-    eb->assign(edb.data(), edb.data() + ch);
-    g = d.array().rowwise() * wr.array();
-    eg = (ed.array().rowwise() * wr.cwiseAbs().array()).matrix() + u * Abs(g);
-  }
+  *g = d;
+  *eg = ed;
+  if (!w) return;
+  const RV wr = Eigen::Map<const RV>(w, ch);
+  const RV edw = (ed.cwiseProduct(Abs(c.xhat)) + Abs(d).cwiseProduct(c.exhat) + ed.cwiseProduct(c.exhat)).colwise().sum() +
+                 Gamma(n + 1, u) * Abs(d.cwiseProduct(c.xhat)).colwise().sum();
+  const RV edb = ed.colwise().sum() + Gamma(n, u) * Abs(d).colwise().sum();
+  ew->assign(edw.data(), edw.data() + ch);
+  eb->assign(edb.data(), edb.data() + ch);
+  *g = d.array().rowwise() * wr.array();
+  *eg = (ed.array().rowwise() * wr.cwiseAbs().array()).matrix() + u * Abs(*g);
+}
+
+// BatchNorm's input gradient dx = invstd / n (n g - sg - xhat sgx) of one member's rows, n the rows the
+// statistics were taken over (every rank's for SyncBatchNorm), with `rounds` roundings relative to each term
+// (4 for BatchNorm1d's kernel; SyncBatchNorm's mean_dy, factor_1 = invstd^2 sum_dy_xmu / n and factor_2 take 8).
+void BatchNormInputGrad(const LayerCache& c, const M& g, const M& eg, const BnGradSums& s, double n, double rounds,
+                        double u, M* dx, M* edx) {
   if (!c.batch_stats) {
     *dx = g.array().rowwise() * c.invstd.array();
     *edx = (eg.array().rowwise() * c.invstd.array()).matrix() + (Abs(g).array().rowwise() * c.einv.array()).matrix() +
            2 * u * Abs(*dx);
     return;
   }
-  const RV sg = g.colwise().sum();
-  const RV esg = eg.colwise().sum() + Gamma(n, u) * Abs(g).colwise().sum();
-  const M gx = g.cwiseProduct(c.xhat);
-  const RV sgx = gx.colwise().sum();
-  const RV esgx = (eg.cwiseProduct(Abs(c.xhat)) + Abs(g).cwiseProduct(c.exhat) + eg.cwiseProduct(c.exhat)).colwise().sum() +
-                  Gamma(n + 1, u) * Abs(gx).colwise().sum();
-  M inner = (g * n).rowwise() - sg;
-  inner -= (c.xhat.array().rowwise() * sgx.array()).matrix();
-  const M ax_sgx = Abs(c.xhat).array().rowwise() * sgx.cwiseAbs().array();
+  M inner = (g * n).rowwise() - s.sg;
+  inner -= (c.xhat.array().rowwise() * s.sgx.array()).matrix();
+  const M ax_sgx = Abs(c.xhat).array().rowwise() * s.sgx.cwiseAbs().array();
   M ein = n * eg;
-  ein.rowwise() += esg;
-  ein += (c.exhat.array().rowwise() * sgx.cwiseAbs().array()).matrix() +
-         (Abs(c.xhat).array().rowwise() * esgx.array()).matrix() +
-         (c.exhat.array().rowwise() * esgx.array()).matrix();
+  ein.rowwise() += s.esg;
+  ein += (c.exhat.array().rowwise() * s.sgx.cwiseAbs().array()).matrix() +
+         (Abs(c.xhat).array().rowwise() * s.esgx.array()).matrix() +
+         (c.exhat.array().rowwise() * s.esgx.array()).matrix();
   M mag = n * Abs(g) + ax_sgx;
-  mag.rowwise() += sg.cwiseAbs();
-  ein += 4 * u * mag;
+  mag.rowwise() += s.sg.cwiseAbs();
+  ein += rounds * u * mag;
   *dx = inner.array().rowwise() * (c.invstd.array() / n);
   *edx = ((ein.array().rowwise() * c.invstd.array()) + (Abs(inner).array().rowwise() * c.einv.array()) +
           (ein.array().rowwise() * c.einv.array()))
@@ -166,161 +264,286 @@ double Gamma(double n, double u) {
   return nu >= 1 ? kInf : nu / (1 - nu);
 }
 
-bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, const core::Tensor& y,
-                           double loss_scale, double u, MicroBatchBounds* out) {
-  if (m.autocast()) return false;
-  const int nl = m.num_layers();
-  std::vector<int> pbase(static_cast<size_t>(nl)), bbase(static_cast<size_t>(nl));
-  int np = 0, nb = 0;
-  for (int i = 0; i < nl; ++i) {
-    if (std::holds_alternative<SyncBatchNorm1d<double>>(m.layer(i))) return false;
-    pbase[static_cast<size_t>(i)] = np;
-    bbase[static_cast<size_t>(i)] = nb;
-    np += std::visit([](const auto& l) { return l.num_params(); }, m.layer(i));
-    nb += std::visit([](const auto& l) { return l.num_buffers(); }, m.layer(i));
-  }
-  MicroBatchBounds r;
-  r.grad.resize(static_cast<size_t>(np));
-  r.buffer.resize(static_cast<size_t>(nb));
-  std::vector<LayerCache> cache(static_cast<size_t>(nl));
-  M h = x, e = M::Zero(x.rows(), x.cols());
-  for (int i = 0; i < nl; ++i) {
-    LayerCache& c = cache[static_cast<size_t>(i)];
-    c.in = h;
-    c.ein = e;
-    const int pb = pbase[static_cast<size_t>(i)];
-    if (m.layer_bypassed(i)) {
-      c.out = h;
-      c.eout = e;
-      continue;
+namespace {
+
+// One rank's micro-batch in a group analysis: its model (parameters shared, buffers, masks and bypasses its
+// own) and batch.
+struct Member {
+  const Model<double>* m;
+  const M* x;
+  const core::Tensor* y;
+};
+
+// Forward of layer i of one member (any layer but a synchronising SyncBatchNorm). False: no rules.
+bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, LayerCache* c, MicroBatchBounds* r) {
+  const M& h = c->in;
+  const M& e = c->ein;
+  const auto& layer = m.layer(i);
+  if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
+    const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
+    c->out = h * W.transpose();
+    c->eout = e * W.cwiseAbs().transpose() + Gamma(static_cast<double>(lin->in_features() + 1), u) * (Abs(h) * W.cwiseAbs().transpose());
+    if (lin->has_bias()) {
+      const auto b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
+      c->out.rowwise() += b;
+      c->eout.rowwise() += Gamma(static_cast<double>(lin->in_features() + 1), u) * b.cwiseAbs();
     }
-    const auto& layer = m.layer(i);
-    if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
-      const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
-      c.out = h * W.transpose();
-      c.eout = e * W.cwiseAbs().transpose() + Gamma(static_cast<double>(lin->in_features() + 1), u) * (Abs(h) * W.cwiseAbs().transpose());
-      if (lin->has_bias()) {
-        const auto b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
-        c.out.rowwise() += b;
-        c.eout.rowwise() += Gamma(static_cast<double>(lin->in_features() + 1), u) * b.cwiseAbs();
-      }
-    } else if (std::holds_alternative<ReLU<double>>(layer)) {
-      c.out = h.cwiseMax(0.0);
-      c.eout = e;
-    } else if (std::holds_alternative<Tanh<double>>(layer)) {
-      c.out = h.array().tanh().matrix();
-      c.eout = e + 2 * u * Abs(c.out);  // tanh is 1-Lipschitz; libm's tanh within 1 ulp, plus the rounding
-    } else if (const auto* dr = std::get_if<Dropout<double>>(&layer)) {
-      if (dr->mask().size() == 0) {
-        c.out = h;
-        c.eout = e;
-      } else {
-        c.out = h.cwiseProduct(dr->mask());
-        c.eout = e.cwiseProduct(dr->mask().cwiseAbs()) + 2 * u * Abs(c.out);
-      }
-    } else if (const auto* bn = std::get_if<BatchNorm1d<double>>(&layer)) {
-      const bool affine = bn->options().affine;
-      const int bb = bbase[static_cast<size_t>(i)];
-      const bool tracked = bn->options().track_running_stats;
-      BatchNormForward(*bn, affine ? m.param_data(pb) : nullptr, affine ? m.param_data(pb + 1) : nullptr,
-                       tracked ? m.buffer_data(bb) : nullptr, tracked ? m.buffer_data(bb + 1) : nullptr, u, &c,
-                       &r.buffer, bb);
+  } else if (std::holds_alternative<ReLU<double>>(layer)) {
+    c->out = h.cwiseMax(0.0);
+    c->eout = e;
+  } else if (std::holds_alternative<Tanh<double>>(layer)) {
+    c->out = h.array().tanh().matrix();
+    c->eout = e + 2 * u * Abs(c->out);  // tanh is 1-Lipschitz; libm's tanh within 1 ulp, plus the rounding
+  } else if (const auto* dr = std::get_if<Dropout<double>>(&layer)) {
+    if (dr->mask().size() == 0) {
+      c->out = h;
+      c->eout = e;
     } else {
-      return false;
+      c->out = h.cwiseProduct(dr->mask());
+      c->eout = e.cwiseProduct(dr->mask().cwiseAbs()) + 2 * u * Abs(c->out);
     }
-    h = c.out;
-    e = c.eout;
+  } else if (const auto* bn = std::get_if<BatchNorm1d<double>>(&layer)) {
+    const bool affine = bn->options().affine;
+    const bool tracked = bn->options().track_running_stats;
+    BatchNormForward(bn->options(), bn->UsesBatchStats(), affine ? m.param_data(pb) : nullptr,
+                     affine ? m.param_data(pb + 1) : nullptr, tracked ? m.buffer_data(bb) : nullptr,
+                     tracked ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
+  } else if (const auto* sbn = std::get_if<SyncBatchNorm1d<double>>(&layer)) {  // not synchronising: BatchNorm1d
+    const bool affine = sbn->options().affine;
+    const bool tracked = sbn->options().track_running_stats;
+    BatchNormForward(sbn->options(), sbn->UsesBatchStats(), affine ? m.param_data(pb) : nullptr,
+                     affine ? m.param_data(pb + 1) : nullptr, tracked ? m.buffer_data(bb) : nullptr,
+                     tracked ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
+  } else {
+    return false;
   }
-  // The loss and d(loss * loss_scale)/d(out).
-  M d, ed;
+  return true;
+}
+
+// The loss of one member's output (bound e) and d(loss * loss_scale)/d(out) with its bound.
+void LossBounds(const Model<double>& m, const M& h, const M& e, const core::Tensor& y, double loss_scale, double u,
+                double* loss, M* d, M* ed) {
   const auto N = static_cast<double>(h.size());
   if (m.loss() == "mse") {
     M target(h.rows(), h.cols());
     for (Eigen::Index k = 0; k < target.size(); ++k) target.data()[k] = y.data[static_cast<size_t>(k)];
     const M diff = h - target;
     const M ediff = e + u * Abs(diff);
-    r.loss = (2 * Abs(diff).cwiseProduct(ediff) + ediff.cwiseProduct(ediff)).sum() / N +
-             Gamma(N + 1, u) * diff.squaredNorm() / N;
-    d = diff * (2.0 / N * loss_scale);
-    ed = ediff * (2.0 / N * std::abs(loss_scale)) + 3 * u * Abs(d);
-  } else {
-    const auto B = static_cast<double>(h.rows());
-    const auto C = static_cast<double>(h.cols());
-    const double gscale = std::abs(loss_scale) / B;
-    d.resize(h.rows(), h.cols());
-    ed.resize(h.rows(), h.cols());
-    double loss_sum = 0;
-    r.loss = 0;
-    for (Eigen::Index i = 0; i < h.rows(); ++i) {
-      const double mx = h.row(i).maxCoeff();
-      const double lse = std::log((h.row(i).array() - mx).exp().sum());
-      const double emax = e.row(i).maxCoeff();
-      const auto t = static_cast<Eigen::Index>(y.data[static_cast<size_t>(i)]);
-      for (Eigen::Index j = 0; j < h.cols(); ++j) {
-        const double logp = h(i, j) - mx - lse;
-        // log_softmax: 1-Lipschitz in each input plus the max-norm of all (logsumexp), and the roundings of
-        // the exps, their sum (C terms), the log and the two subtractions.
-        const double elogp = e(i, j) + emax + (C + 3) * u + 3 * u * (std::abs(h(i, j) - mx) + std::abs(lse));
-        const double p = std::exp(logp);
-        const double ep = p * std::expm1(elogp) + 2 * u * p;
-        d(i, j) = (p - (j == t ? 1.0 : 0.0)) * loss_scale / B;
-        ed(i, j) = gscale * ep + 3 * u * std::abs(d(i, j)) + u * gscale;
-        if (j == t) {
-          r.loss += elogp / B;
-          loss_sum += std::abs(logp);
+    *loss = (2 * Abs(diff).cwiseProduct(ediff) + ediff.cwiseProduct(ediff)).sum() / N +
+            Gamma(N + 1, u) * diff.squaredNorm() / N;
+    *d = diff * (2.0 / N * loss_scale);
+    *ed = ediff * (2.0 / N * std::abs(loss_scale)) + 3 * u * Abs(*d);
+    return;
+  }
+  const auto B = static_cast<double>(h.rows());
+  const auto C = static_cast<double>(h.cols());
+  const double gscale = std::abs(loss_scale) / B;
+  d->resize(h.rows(), h.cols());
+  ed->resize(h.rows(), h.cols());
+  double loss_sum = 0;
+  *loss = 0;
+  for (Eigen::Index i = 0; i < h.rows(); ++i) {
+    const double mx = h.row(i).maxCoeff();
+    const double lse = std::log((h.row(i).array() - mx).exp().sum());
+    const double emax = e.row(i).maxCoeff();
+    const auto t = static_cast<Eigen::Index>(y.data[static_cast<size_t>(i)]);
+    for (Eigen::Index j = 0; j < h.cols(); ++j) {
+      const double logp = h(i, j) - mx - lse;
+      // log_softmax: 1-Lipschitz in each input plus the max-norm of all (logsumexp), and the roundings of
+      // the exps, their sum (C terms), the log and the two subtractions.
+      const double elogp = e(i, j) + emax + (C + 3) * u + 3 * u * (std::abs(h(i, j) - mx) + std::abs(lse));
+      const double p = std::exp(logp);
+      const double ep = p * std::expm1(elogp) + 2 * u * p;
+      (*d)(i, j) = (p - (j == t ? 1.0 : 0.0)) * loss_scale / B;
+      (*ed)(i, j) = gscale * ep + 3 * u * std::abs((*d)(i, j)) + u * gscale;
+      if (j == t) {
+        *loss += elogp / B;
+        loss_sum += std::abs(logp);
+      }
+    }
+  }
+  *loss += Gamma(B + 1, u) * loss_sum / B;
+}
+
+// Backward of layer i of one member (any layer but a synchronising SyncBatchNorm): d, ed become dx, edx.
+void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, double u, M* d, M* ed,
+                   MicroBatchBounds* r) {
+  const auto& layer = m.layer(i);
+  M dx, edx;
+  if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
+    const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
+    const double B = static_cast<double>(d->rows());
+    const M edW = ed->transpose() * Abs(c.in) + Abs(*d).transpose() * c.ein + ed->transpose() * c.ein +
+                  Gamma(B, u) * (Abs(*d).transpose() * Abs(c.in));
+    r->grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
+    if (lin->has_bias()) {
+      const RV edb = ed->colwise().sum() + Gamma(B, u) * Abs(*d).colwise().sum();
+      r->grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
+    }
+    dx = *d * W;
+    edx = *ed * W.cwiseAbs() + Gamma(static_cast<double>(lin->out_features()), u) * (Abs(*d) * W.cwiseAbs());
+  } else if (std::holds_alternative<ReLU<double>>(layer)) {
+    // Where the input's sign is uncertain (|x| <= e(x)) the run may have passed or blocked dy.
+    const auto pass = (c.in.array() > 0).cast<double>();
+    const auto unsure = (c.in.array().abs() <= c.ein.array()).cast<double>();
+    dx = (d->array() * pass).matrix();
+    edx = (ed->array() * pass + unsure * (Abs(*d).array() + ed->array())).matrix();
+  } else if (std::holds_alternative<Tanh<double>>(layer)) {
+    const auto y2 = c.out.array().square();
+    dx = (d->array() * (1 - y2)).matrix();
+    edx = (ed->array() * (1 - y2) + (Abs(*d).array() + ed->array()) * 2 * c.out.array().abs() * c.eout.array() +
+           c.eout.array().square() * (Abs(*d).array() + ed->array()) + 3 * u * Abs(*d).array() * (1 + y2))
+              .matrix();
+  } else if (const auto* dr = std::get_if<Dropout<double>>(&layer)) {
+    dx = dr->mask().size() == 0 ? *d : M(d->cwiseProduct(dr->mask()));
+    edx = dr->mask().size() == 0 ? *ed : M(ed->cwiseProduct(dr->mask().cwiseAbs()) + 2 * u * Abs(dx));
+  } else {  // BatchNorm1d, or a SyncBatchNorm1d that does not synchronise
+    const bool affine = std::visit([](const auto& l) { return l.num_params() > 0; }, layer);
+    std::vector<double> ew, eb;
+    M g, eg;
+    BatchNormAffineGrads(affine ? m.param_data(pb) : nullptr, c, *d, *ed, u, &g, &eg, &ew, &eb);
+    BnGradSums sums;
+    sums.Add(g, eg, c);
+    const auto n = static_cast<double>(d->rows());
+    sums.Finish(n, 0, u);
+    BatchNormInputGrad(c, g, eg, sums, n, 4, u, &dx, &edx);
+    if (affine) {
+      r->grad[static_cast<size_t>(pb)] = std::move(ew);
+      r->grad[static_cast<size_t>(pb + 1)] = std::move(eb);
+    }
+  }
+  *d = std::move(dx);
+  *ed = std::move(edx);
+}
+
+bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std::vector<MicroBatchBounds>* out) {
+  const Model<double>& m0 = *ms.front().m;
+  const size_t J = ms.size();
+  for (const Member& mb : ms) {
+    if (mb.m->autocast()) return false;
+  }
+  const int nl = m0.num_layers();
+  std::vector<int> pbase(static_cast<size_t>(nl)), bbase(static_cast<size_t>(nl));
+  std::vector<bool> synced(static_cast<size_t>(nl), false);
+  int np = 0, nb = 0;
+  double rows = 0;
+  for (const Member& mb : ms) rows += static_cast<double>(mb.x->rows());
+  for (int i = 0; i < nl; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    pbase[ii] = np;
+    bbase[ii] = nb;
+    np += std::visit([](const auto& l) { return l.num_params(); }, m0.layer(i));
+    nb += std::visit([](const auto& l) { return l.num_buffers(); }, m0.layer(i));
+    if (const auto* sbn = std::get_if<SyncBatchNorm1d<double>>(&m0.layer(i))) {
+      // SyncBatchNorm synchronises in training over a group of more than one rank; its rules need every rank.
+      const core::SyncBnGroup* group = m0.sync_bn_group();
+      const bool syncs = sbn->Syncs(group);
+      if (syncs && static_cast<int>(J) != group->world()) return false;
+      synced[ii] = syncs;
+      for (const Member& mb : ms) {
+        if (syncs && mb.m->layer_bypassed(i)) return false;
+      }
+    }
+  }
+  std::vector<MicroBatchBounds> r(J);
+  std::vector<std::vector<LayerCache>> cache(J, std::vector<LayerCache>(static_cast<size_t>(nl)));
+  std::vector<M> h(J), e(J);
+  for (size_t j = 0; j < J; ++j) {
+    r[j].grad.resize(static_cast<size_t>(np));
+    r[j].buffer.resize(static_cast<size_t>(nb));
+    h[j] = *ms[j].x;
+    e[j] = M::Zero(h[j].rows(), h[j].cols());
+  }
+  for (int i = 0; i < nl; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    const int pb = pbase[ii], bb = bbase[ii];
+    for (size_t j = 0; j < J; ++j) {
+      cache[j][ii].in = h[j];
+      cache[j][ii].ein = e[j];
+    }
+    if (synced[ii]) {
+      const auto& sbn = std::get<SyncBatchNorm1d<double>>(m0.layer(i));
+      const BatchNormOptions& o = sbn.options();
+      const BnStats st = MergedStats(h, e, o.eps, u);
+      for (size_t j = 0; j < J; ++j) {
+        const Model<double>& m = *ms[j].m;
+        if (o.track_running_stats) {
+          RunningStatBounds(o, st, m.buffer_data(bb), m.buffer_data(bb + 1), u, &r[j].buffer[static_cast<size_t>(bb)],
+                            &r[j].buffer[static_cast<size_t>(bb + 1)]);
+        }
+        LayerCache& c = cache[j][ii];
+        c.batch_stats = true;
+        Normalize(st.mean, st.emean, st.var, st.evar, o.eps, o.affine ? m.param_data(pb) : nullptr,
+                  o.affine ? m.param_data(pb + 1) : nullptr, u, &c);
+      }
+    } else {
+      for (size_t j = 0; j < J; ++j) {
+        LayerCache& c = cache[j][ii];
+        if (ms[j].m->layer_bypassed(i)) {
+          c.out = c.in;
+          c.eout = c.ein;
+        } else if (!ForwardLayer(*ms[j].m, i, pb, bb, u, &c, &r[j])) {
+          return false;
         }
       }
     }
-    r.loss += Gamma(B + 1, u) * loss_sum / B;
+    for (size_t j = 0; j < J; ++j) {
+      h[j] = cache[j][ii].out;
+      e[j] = cache[j][ii].eout;
+    }
   }
+  std::vector<M> d(J), ed(J);
+  for (size_t j = 0; j < J; ++j) LossBounds(*ms[j].m, h[j], e[j], *ms[j].y, loss_scale, u, &r[j].loss, &d[j], &ed[j]);
   // Backward, last layer first.
   for (int i = nl; i-- > 0;) {
-    if (m.layer_bypassed(i)) continue;
-    const LayerCache& c = cache[static_cast<size_t>(i)];
-    const int pb = pbase[static_cast<size_t>(i)];
-    const auto& layer = m.layer(i);
-    M dx, edx;
-    if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
-      const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
-      const double B = static_cast<double>(d.rows());
-      const M edW = ed.transpose() * Abs(c.in) + Abs(d).transpose() * c.ein + ed.transpose() * c.ein +
-                    Gamma(B, u) * (Abs(d).transpose() * Abs(c.in));
-      r.grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
-      if (lin->has_bias()) {
-        const RV edb = ed.colwise().sum() + Gamma(B, u) * Abs(d).colwise().sum();
-        r.grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
+    const auto ii = static_cast<size_t>(i);
+    const int pb = pbase[ii];
+    if (!synced[ii]) {
+      for (size_t j = 0; j < J; ++j) {
+        if (!ms[j].m->layer_bypassed(i)) BackwardLayer(*ms[j].m, i, pb, cache[j][ii], u, &d[j], &ed[j], &r[j]);
       }
-      dx = d * W;
-      edx = ed * W.cwiseAbs() + Gamma(static_cast<double>(lin->out_features()), u) * (Abs(d) * W.cwiseAbs());
-    } else if (std::holds_alternative<ReLU<double>>(layer)) {
-      // Where the input's sign is uncertain (|x| <= e(x)) the run may have passed or blocked dy.
-      const auto pass = (c.in.array() > 0).cast<double>();
-      const auto unsure = (c.in.array().abs() <= c.ein.array()).cast<double>();
-      dx = (d.array() * pass).matrix();
-      edx = (ed.array() * pass + unsure * (Abs(d).array() + ed.array())).matrix();
-    } else if (std::holds_alternative<Tanh<double>>(layer)) {
-      const auto y2 = c.out.array().square();
-      dx = (d.array() * (1 - y2)).matrix();
-      edx = (ed.array() * (1 - y2) + (Abs(d).array() + ed.array()) * 2 * c.out.array().abs() * c.eout.array() +
-             c.eout.array().square() * (Abs(d).array() + ed.array()) + 3 * u * Abs(d).array() * (1 + y2))
-                .matrix();
-    } else if (const auto* dr = std::get_if<Dropout<double>>(&layer)) {
-      dx = dr->mask().size() == 0 ? d : M(d.cwiseProduct(dr->mask()));
-      edx = dr->mask().size() == 0 ? ed : M(ed.cwiseProduct(dr->mask().cwiseAbs()) + 2 * u * Abs(dx));
-    } else if (const auto* bn = std::get_if<BatchNorm1d<double>>(&layer)) {
-      const bool affine = bn->options().affine;
-      std::vector<double> ew, eb;
-      BatchNormBackward(affine ? m.param_data(pb) : nullptr, c, d, ed, u, &dx, &edx, &ew, &eb);
-      if (affine) {
-        r.grad[static_cast<size_t>(pb)] = std::move(ew);
-        r.grad[static_cast<size_t>(pb + 1)] = std::move(eb);
-      }
+      continue;
     }
-    d = std::move(dx);
-    ed = std::move(edx);
+    // SyncBatchNorm: weight and bias gradients from each rank's rows; the input gradient from the sums of
+    // every rank's (local sums, then an all-reduce over the group).
+    const bool affine = std::get<SyncBatchNorm1d<double>>(m0.layer(i)).options().affine;
+    std::vector<M> g(J), eg(J);
+    BnGradSums sums;
+    for (size_t j = 0; j < J; ++j) {
+      std::vector<double> ew, eb;
+      BatchNormAffineGrads(affine ? ms[j].m->param_data(pb) : nullptr, cache[j][ii], d[j], ed[j], u, &g[j], &eg[j],
+                           &ew, &eb);
+      if (affine) {
+        r[j].grad[static_cast<size_t>(pb)] = std::move(ew);
+        r[j].grad[static_cast<size_t>(pb + 1)] = std::move(eb);
+      }
+      sums.Add(g[j], eg[j], cache[j][ii]);
+    }
+    sums.Finish(rows, static_cast<double>(J), u);
+    for (size_t j = 0; j < J; ++j) BatchNormInputGrad(cache[j][ii], g[j], eg[j], sums, rows, 8, u, &d[j], &ed[j]);
   }
   *out = std::move(r);
   return true;
+}
+
+}  // namespace
+
+bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, const core::Tensor& y,
+                           double loss_scale, double u, MicroBatchBounds* out) {
+  std::vector<MicroBatchBounds> r;
+  if (!GroupBounds({Member{&m, &x, &y}}, loss_scale, u, &r)) return false;
+  *out = std::move(r.front());
+  return true;
+}
+
+bool GroupMicroBatchErrorBounds(const std::vector<const Model<double>*>& models,
+                                const std::vector<const Matrix<double>*>& xs, const std::vector<const core::Tensor*>& ys,
+                                double loss_scale, double u, std::vector<MicroBatchBounds>* out) {
+  if (models.empty() || models.size() != xs.size() || models.size() != ys.size()) return false;
+  std::vector<Member> ms;
+  ms.reserve(models.size());
+  for (size_t j = 0; j < models.size(); ++j) ms.push_back(Member{models[j], xs[j], ys[j]});
+  return GroupBounds(ms, loss_scale, u, out);
 }
 
 }  // namespace ddpcheck::ref

@@ -37,10 +37,21 @@ struct MicroBatchBounds {
   std::vector<std::vector<double>> buffer;  // per buffer (numel) after the forward's running-stat update
 };
 
-// False (out untouched) where the model has a layer without rules here: a SyncBatchNorm1d that synchronises
-// or autocast. The caller then falls back to the normwise policy.
+// False (out untouched) where the model has a layer without rules here (autocast), or a SyncBatchNorm1d that
+// synchronises over more than one rank: its statistics and input gradient need every rank's rows, so those
+// models go through GroupMicroBatchErrorBounds. The caller then falls back to the normwise policy.
 bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, const core::Tensor& y,
                            double loss_scale, double u, MicroBatchBounds* out);
+
+// The same for one micro-batch of every rank of a model whose SyncBatchNorm1d layers synchronise: models[j]
+// (rank j's replica, in the state its last Forward/Backward left it), its input xs[j] and target ys[j], one per
+// rank of the group, in rank order. A synchronising layer's statistics are bounded as torch computes them
+// (each rank's two-pass mean and invstd, all-gathered, Chan's merge in rank order); its weight and bias
+// gradients from each rank's own rows, its input gradient from the sums over every rank's. (*out)[j] is rank
+// j's. False where a layer has no rules (as above) or the group's size is not the number of models.
+bool GroupMicroBatchErrorBounds(const std::vector<const Model<double>*>& models,
+                                const std::vector<const Matrix<double>*>& xs, const std::vector<const core::Tensor*>& ys,
+                                double loss_scale, double u, std::vector<MicroBatchBounds>* out);
 
 // Bounds of one optimizer step of one parameter from an exact state `before` (p, its state) and a gradient g
 // whose error bound is eg: the new parameter's bound in *ep, and the new state's ("momentum_buffer",

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -30,6 +31,13 @@ Tensor AsTensor(const std::vector<double>& v, const std::vector<int64_t>& shape)
   return Tensor(core::DType::kFloat64, shape, v);
 }
 
+// One rank's model and micro-batch, kept for a group analysis.
+struct Stashed {
+  Model<double> model;
+  Matrix<double> x;
+  Tensor y;
+};
+
 // What the hooks accumulate within one step.
 struct StepBounds {
   std::mutex mu;
@@ -38,6 +46,7 @@ struct StepBounds {
   std::map<int, std::vector<std::vector<double>>> gval;   // rank -> per param local grad (last micro-batch)
   std::map<int, std::vector<std::vector<double>>> buf;    // rank -> per buffer bound
   std::map<int, std::vector<double>> loss;                // rank -> per micro-batch loss bound
+  std::map<int64_t, std::map<int, Stashed>> group;       // micro-batch -> rank -> kept for a group analysis
 };
 
 class Replayer {
@@ -108,6 +117,14 @@ class Replayer {
 
   void AfterBackward(int64_t step, int rank, int64_t micro, const Model<double>& w, const Matrix<double>& x,
                      const Tensor& y) {
+    (void)step;
+    if (Synchronises(w)) {
+      // A synchronising SyncBatchNorm's bounds need every rank's micro-batch: keep a copy of this rank's model
+      // (its state after this micro-batch) and batch until the step's ranks are all done (BeforeOptimizer).
+      std::lock_guard<std::mutex> lock(sb_->mu);
+      sb_->group[micro].emplace(rank, Stashed{w, x, y});
+      return;
+    }
     MicroBatchBounds mb;
     const bool ok = MicroBatchErrorBounds(w, x, y, 1.0, u_, &mb);
     std::lock_guard<std::mutex> lock(sb_->mu);
@@ -115,6 +132,40 @@ class Replayer {
       sb_->ok = false;
       return;
     }
+    Accumulate(rank, micro, w, mb);
+  }
+
+  static bool Synchronises(const Model<double>& w) {
+    for (int i = 0; i < w.num_layers(); ++i) {
+      if (const auto* l = std::get_if<SyncBatchNorm1d<double>>(&w.layer(i)); l && l->Syncs(w.sync_bn_group())) return true;
+    }
+    return false;
+  }
+
+  // The group analysis of every micro-batch whose ranks AfterBackward kept, in micro-batch order.
+  void BoundStashedGroups() {
+    for (auto& [micro, ranks] : sb_->group) {
+      std::vector<const Model<double>*> models;
+      std::vector<const Matrix<double>*> xs;
+      std::vector<const Tensor*> ys;
+      for (const auto& [rank, st] : ranks) {
+        models.push_back(&st.model);
+        xs.push_back(&st.x);
+        ys.push_back(&st.y);
+      }
+      std::vector<MicroBatchBounds> mbs;
+      if (!GroupMicroBatchErrorBounds(models, xs, ys, 1.0, u_, &mbs)) {
+        sb_->ok = false;
+        break;
+      }
+      size_t j = 0;
+      for (const auto& [rank, st] : ranks) Accumulate(rank, micro, st.model, mbs[j++]);
+    }
+    sb_->group.clear();
+  }
+
+  // Adds one micro-batch's bounds to rank's accumulated ones (sb_->mu held or single-threaded).
+  void Accumulate(int rank, int64_t micro, const Model<double>& w, const MicroBatchBounds& mb) {
     auto& g = sb_->grad[rank];
     auto& gv = sb_->gval[rank];
     g.resize(static_cast<size_t>(w.num_params()));
@@ -137,11 +188,11 @@ class Replayer {
       for (size_t k = 0; k < b[i].size(); ++k) b[i][k] += mb.buffer[i][k];
     }
     sb_->loss[rank].push_back(mb.loss);
-    (void)step;
   }
 
   void BeforeOptimizer(int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st,
                        double lr) {
+    if (sb_->ok) BoundStashedGroups();
     if (!sb_->ok || sb_->grad.empty()) return;
     const double W = s_.world;
     for (const auto& [rank, losses] : sb_->loss) {
@@ -221,15 +272,7 @@ class Replayer {
 
 }  // namespace
 
-bool StepLocalSupported(const core::Scenario& s) {
-  if (s.amp.enabled) return false;
-  // SyncBatchNorm has no element-wise rules: its gradients before the layer are rounding noise whose bound the
-  // analysis cannot give, and Adam turns such noise into lr-sized updates (a clean float32 run failed by 3 %).
-  for (const auto& l : s.model) {
-    if (l.type == "syncbatchnorm1d") return false;
-  }
-  return true;
-}
+bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled; }
 
 core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorded, core::Trace* values,
                              core::Trace* bounds) {
@@ -254,7 +297,7 @@ core::Status CheckStepLocal(const core::Scenario& s, const core::Trace& recorded
       "dot product of n terms adds g(n) = nu/(1-nu) times the sum of its terms' magnitudes, the all-reduce over "
       "W = {} ranks g(W), BatchNorm, the loss and the optimizer update their own terms, each propagated to "
       "first order; u = {:.3g} ({} plus the float64 replay's own), safety factor {}. Values without a bound "
-      "(forward buffers, SyncBatchNorm models): ",
+      "(forward buffers): ",
       s.world, core::UnitRoundoff(s.precision) + core::UnitRoundoff(core::DType::kFloat64),
       core::DTypeName(s.precision), core::kBoundSafety) + fallback.Derivation() + " (at s = 0)";
   return core::Status::Ok();
