@@ -24,26 +24,53 @@ T AddAlpha(T x, T y, double alpha) {
   return std::fma(static_cast<T>(alpha), y, x);
 }
 
+// One SGD pass with the options as compile-time flags, so each case is a branch-free loop the compiler
+// vectorizes (the same operations per element, so the same bits as the general form).
+template <typename T, bool kMaximize, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void SgdLoop(const OptimizerSpec& s, double lr, T* __restrict p, const T* __restrict g, int64_t n,
+             T* __restrict buf) {
+  const T momentum = static_cast<T>(s.momentum);
+  const T wd = static_cast<T>(s.weight_decay), keep = static_cast<T>(1 - s.dampening);
+  const T mom_alpha = static_cast<T>(s.momentum), neg_lr = static_cast<T>(-lr);
+  for (int64_t i = 0; i < n; ++i) {
+    T d = kMaximize ? -g[i] : g[i];
+    if constexpr (kDecay) d = std::fma(wd, p[i], d);
+    if constexpr (kMomentum) {
+      if constexpr (kFirst) {
+        buf[i] = d;  // torch.clone(d_p): no dampening on the first step
+      } else {
+        T scaled = buf[i] * momentum;  // buf.mul_(momentum)
+        buf[i] = std::fma(keep, d, scaled);
+      }
+      d = kNesterov ? std::fma(mom_alpha, buf[i], d) : buf[i];
+    }
+    p[i] = std::fma(neg_lr, d, p[i]);
+  }
+}
+
+// Turns the runtime flags into SgdLoop's template arguments, one at a time.
+template <typename T, bool... kFlags>
+void SgdDispatch(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, T* buf, const bool* flags,
+                 int left) {
+  if constexpr (sizeof...(kFlags) == 5) {
+    (void)flags;
+    (void)left;
+    SgdLoop<T, kFlags...>(s, lr, p, g, n, buf);
+  } else {
+    if (flags[0]) {
+      SgdDispatch<T, kFlags..., true>(s, lr, p, g, n, buf, flags + 1, left - 1);
+    } else {
+      SgdDispatch<T, kFlags..., false>(s, lr, p, g, n, buf, flags + 1, left - 1);
+    }
+  }
+}
+
 template <typename T>
 void SgdStep(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, ParamState<T>* st) {
   const bool first = st->momentum_buffer.empty();
   if (s.momentum != 0 && first) st->momentum_buffer.resize(static_cast<size_t>(n));
-  const T momentum = static_cast<T>(s.momentum);
-  for (int64_t i = 0; i < n; ++i) {
-    T d = s.maximize ? -g[i] : g[i];
-    if (s.weight_decay != 0) d = AddAlpha(d, p[i], s.weight_decay);
-    if (s.momentum != 0) {
-      T& buf = st->momentum_buffer[static_cast<size_t>(i)];
-      if (first) {
-        buf = d;  // torch.clone(d_p): no dampening on the first step
-      } else {
-        T scaled = buf * momentum;  // buf.mul_(momentum)
-        buf = AddAlpha(scaled, d, 1 - s.dampening);
-      }
-      d = s.nesterov ? AddAlpha(d, buf, s.momentum) : buf;
-    }
-    p[i] = AddAlpha(p[i], d, -lr);
-  }
+  const bool flags[5] = {s.maximize, s.weight_decay != 0, s.momentum != 0, first, s.nesterov};
+  SgdDispatch<T>(s, lr, p, g, n, st->momentum_buffer.data(), flags, 5);
 }
 
 // Adam (decoupled = false: L2 added to the gradient) and AdamW (decoupled = true: p *= 1 - lr * wd first).

@@ -69,12 +69,13 @@ class Linear {
   }
 
   // dy: (B, out) -> dx: (B, in). dW += dy^T x, db += colsum(dy). Hook order: bias, then weight (addmm's
-  // bias grad is ready first in torch).
-  Matrix<T> Backward(const Matrix<T>& dy, const SlotReadyFn& ready) {
+  // bias grad is ready first in torch). need_dx = false (the input needs no gradient: torch computes none for
+  // the data) returns an empty matrix and skips the product.
+  Matrix<T> Backward(const Matrix<T>& dy, const SlotReadyFn& ready, bool need_dx = true) {
     DDPCHECK_CHECK_EQ(dy.rows(), x_.rows(), "Linear::Backward without a matching Forward");
     DDPCHECK_CHECK_EQ(dy.cols(), out_);
     if constexpr (std::is_same_v<T, float>) {
-      if (autocast_) return AutocastBackward(dy, ready, *autocast_);
+      if (autocast_) return AutocastBackward(dy, ready, *autocast_, need_dx);
     }
     if (has_bias_) {
       bias_.Accumulate(dy.colwise().sum());
@@ -82,6 +83,7 @@ class Linear {
     }
     weight_.Accumulate(dy.transpose() * x_);
     if (ready) ready(0);
+    if (!need_dx) return {};
     return dy * weight_.Value(out_, in_);
   }
 
@@ -95,7 +97,7 @@ class Linear {
     RoundInPlace(&y, low);
     return y;
   }
-  Matrix<T> AutocastBackward(const Matrix<T>& dy_in, const SlotReadyFn& ready, core::DType low) {
+  Matrix<T> AutocastBackward(const Matrix<T>& dy_in, const SlotReadyFn& ready, core::DType low, bool need_dx) {
     const Matrix<T> dy = RoundToLow(dy_in, low);
     if (has_bias_) {
       bias_.Accumulate(RoundToLow(dy.colwise().sum(), low));
@@ -103,6 +105,7 @@ class Linear {
     }
     weight_.Accumulate(RoundToLow(dy.transpose() * x_, low));
     if (ready) ready(0);
+    if (!need_dx) return {};
     return RoundToLow(dy * RoundToLow(weight_.Value(out_, in_), low), low);
   }
 

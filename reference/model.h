@@ -127,8 +127,13 @@ class Model {
   // Fails only when a SyncBatchNorm1d's group does.
   core::Status Backward(T loss_scale, const core::GradReadyFn& on_ready);
   // d(loss * loss_scale)/dx from the last Backward: (B, widths().in). Zeros below a syncing SyncBatchNorm1d
-  // that no parameter precedes (torch computes no input gradient there).
+  // that no parameter precedes (torch computes no input gradient there). Empty after
+  // SetInputGradNeeded(false).
   const Matrix<T>& input_grad() const { return input_grad_; }
+  // Whether Backward computes input_grad() (default true). A training replica sets false: torch computes no
+  // gradient for the data, so backward stops at the lowest layer with parameters (the parameters' grads and
+  // hooks are the same either way).
+  void SetInputGradNeeded(bool needed) { input_grad_needed_ = needed; }
   // The input layer `layer` received (or was bypassed with) in the last Forward.
   const Matrix<T>& layer_input(int layer) const { return inputs_.at(static_cast<size_t>(layer)); }
   // optimizer.zero_grad(set_to_none): true makes every grad undefined (storage zeroed); false zeroes the
@@ -185,6 +190,7 @@ class Model {
   std::vector<bool> input_low_;    // per layer: its input held low-precision values (autocast)
   bool output_low_ = false;        // the model's output held low-precision values
   Matrix<T> input_grad_;
+  bool input_grad_needed_ = true;
 };
 
 }  // namespace ddpcheck::ref

@@ -253,7 +253,17 @@ core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready)
   DDPCHECK_CHECK(has_forward_, "Model::Backward before any Forward");
   Matrix<T> d = loss_ == "mse" ? mse_.Backward(loss_scale) : cross_entropy_.Backward(loss_scale);
   if (output_low_) RoundToAutocast(&d);  // the backward of the loss's cast to float32
+  // Without an input gradient to give, backward ends at the lowest running layer with parameters (autograd
+  // stops where nothing requires grad), and a Linear there skips its dx product.
+  size_t lowest = layers_.size();
+  for (size_t j = 0; j < layers_.size() && !input_grad_needed_; ++j) {
+    if (!bypassed_[j] && std::visit([](const auto& l) { return l.num_params() > 0; }, layers_[j])) {
+      lowest = j;
+      break;
+    }
+  }
   for (size_t i = layers_.size(); i-- > 0;) {
+    if (!input_grad_needed_ && i < lowest) break;
     if (bypassed_[i]) continue;
     const int base = param_base_[i];
     SlotReadyFn ready;
@@ -274,6 +284,8 @@ core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready)
             if constexpr (std::is_same_v<std::decay_t<decltype(l)>, SyncBatchNorm1d<T>>) {
               DDPCHECK_CHECK(false, "unreachable");
               return {};
+            } else if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Linear<T>>) {
+              return l.Backward(d, ready, /*need_dx=*/input_grad_needed_ || i != lowest);
             } else {
               return l.Backward(d, ready);
             }
@@ -282,7 +294,7 @@ core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready)
     }
     if (input_low_[i] && !std::holds_alternative<Linear<T>>(layers_[i])) RoundToAutocast(&d);
   }
-  input_grad_ = std::move(d);
+  input_grad_ = input_grad_needed_ ? std::move(d) : Matrix<T>();
   return core::Status::Ok();
 }
 

@@ -55,15 +55,22 @@ struct Param {
   Eigen::Map<const RowVector<T>> ValueRow() const { return {value.data(), numel()}; }
 
   // Autograd's AccumulateGrad: an undefined grad becomes a copy of g (so -0.0 stays -0.0), a defined one
-  // gets grad += g. g must have numel elements (any shape, read in row-major order).
+  // gets grad += g. g must have numel elements (any shape, read in row-major order). g (a product, say) is
+  // evaluated straight into the grad when undefined, else into a scratch kept by the calling thread and then
+  // added: the same values as evaluating it into a temporary (g never aliases the grad), without allocating
+  // and faulting in a fresh temporary of the parameter's size on every backward.
   template <class Derived>
   void Accumulate(const Eigen::MatrixBase<Derived>& g) {
     DDPCHECK_CHECK_EQ(static_cast<int64_t>(g.size()), numel());
     Eigen::Map<Matrix<T>> dst(grad.data(), g.rows(), g.cols());
     if (grad_defined) {
-      dst += g;
+      thread_local AlignedVector<T> scratch;
+      if (scratch.size() < grad.size()) scratch.resize(grad.size());
+      Eigen::Map<Matrix<T>, Eigen::Aligned16> tmp(scratch.data(), g.rows(), g.cols());
+      tmp.noalias() = g;
+      dst += tmp;
     } else {
-      dst = g;
+      dst.noalias() = g;
       grad_defined = true;
     }
   }

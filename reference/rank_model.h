@@ -36,6 +36,7 @@ core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) 
   }
   model->SetRank(rank);
   model->SetDropoutSeed(DropoutSeed(rank));
+  model->SetInputGradNeeded(false);  // the data needs no gradient: backward ends at the first parameter
   return core::Status::Ok();
 }
 
