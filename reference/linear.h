@@ -63,7 +63,10 @@ class Linear {
       if (autocast_) return AutocastForward(x, *autocast_);
     }
     x_ = x;
-    Matrix<T> y = x * weight_.Value(out_, in_).transpose();
+    Matrix<T> y(x.rows(), out_);
+    if (!BlasGemm(false, true, x.rows(), out_, in_, x_.data(), in_, weight_.value.data(), in_, T(0), y.data())) {
+      y.noalias() = x * weight_.Value(out_, in_).transpose();
+    }
     if (has_bias_) y.rowwise() += bias_.ValueRow();
     return y;
   }
@@ -81,10 +84,16 @@ class Linear {
       bias_.Accumulate(dy.colwise().sum());
       if (ready) ready(1);
     }
-    weight_.Accumulate(dy.transpose() * x_);
+    if (!weight_.AccumulateGemm(true, false, out_, in_, dy.rows(), dy.data(), out_, x_.data(), in_)) {
+      weight_.Accumulate(dy.transpose() * x_);
+    }
     if (ready) ready(0);
     if (!need_dx) return {};
-    return dy * weight_.Value(out_, in_);
+    Matrix<T> dx(dy.rows(), in_);
+    if (!BlasGemm(false, false, dy.rows(), in_, out_, dy.data(), out_, weight_.value.data(), in_, T(0), dx.data())) {
+      dx.noalias() = dy * weight_.Value(out_, in_);
+    }
+    return dx;
   }
 
  private:

@@ -58,7 +58,10 @@ class Model {
   T* param_data(int i) { return ParamAt(i).value.data(); }
   const T* param_data(int i) const { return ParamAt(i).value.data(); }
   // Storage is valid (numel values) even while the grad is undefined.
-  T* grad_data(int i) { return ParamAt(i).grad.data(); }
+  T* grad_data(int i) {  // a writer: the grad is no longer known to be zero
+    ParamAt(i).grad_zeroed = false;
+    return ParamAt(i).grad.data();
+  }
   const T* grad_data(int i) const { return ParamAt(i).grad.data(); }
   bool grad_defined(int i) const { return ParamAt(i).grad_defined; }  // torch: param.grad is not None
   void set_grad_defined(int i, bool defined) { ParamAt(i).grad_defined = defined; }

@@ -305,6 +305,7 @@ void Model<T>::ZeroGrad(bool set_to_none) {
     if (!set_to_none && !p.grad_defined) continue;
     std::fill(p.grad.begin(), p.grad.end(), T(0));
     if (set_to_none) p.grad_defined = false;
+    p.grad_zeroed = p.grad_defined;
   }
 }
 

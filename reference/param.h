@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/tensor.h"
+#include "reference/blas.h"
 
 namespace ddpcheck::ref {
 
@@ -39,6 +40,9 @@ struct Param {
   AlignedVector<T> value;
   AlignedVector<T> grad;
   bool grad_defined = false;
+  // The grad holds +0 everywhere since zero_grad (set_to_none=False) and nothing has written it since (a
+  // writer through Model::grad_data clears it): accumulating is then 0 + g, computed in place.
+  bool grad_zeroed = false;
 
   Param() = default;
   explicit Param(std::vector<int64_t> s)
@@ -63,7 +67,11 @@ struct Param {
   void Accumulate(const Eigen::MatrixBase<Derived>& g) {
     DDPCHECK_CHECK_EQ(static_cast<int64_t>(g.size()), numel());
     Eigen::Map<Matrix<T>> dst(grad.data(), g.rows(), g.cols());
-    if (grad_defined) {
+    if (grad_defined && grad_zeroed) {
+      // 0 + g, element by element, as adding a temporary would (and +0 for a -0 of g, as it would).
+      dst.noalias() += g;
+      grad_zeroed = false;
+    } else if (grad_defined) {
       thread_local AlignedVector<T> scratch;
       if (scratch.size() < grad.size()) scratch.resize(grad.size());
       Eigen::Map<Matrix<T>, Eigen::Aligned16> tmp(scratch.data(), g.rows(), g.cols());
@@ -73,6 +81,26 @@ struct Param {
       dst.noalias() = g;
       grad_defined = true;
     }
+  }
+
+  // Accumulate(op(A) op(B)) for row-major A, B (reference/blas.h's BlasGemm): the grad is the (m x n) product.
+  // False, changing nothing, when the BLAS does not take it (the caller then calls Accumulate with Eigen's
+  // product); the values are the BLAS's product added as Accumulate adds.
+  bool AccumulateGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                      int64_t ldb) {
+    DDPCHECK_CHECK_EQ(m * n, numel());
+    if (!grad_defined || grad_zeroed) {
+      // Undefined: the product itself; zeroed: 0 + the product, which the BLAS adds into C (beta = 1).
+      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_defined ? T(1) : T(0), grad.data())) return false;
+    } else {
+      thread_local AlignedVector<T> scratch;
+      if (scratch.size() < grad.size()) scratch.resize(grad.size());
+      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, T(0), scratch.data())) return false;
+      Eigen::Map<Matrix<T>>(grad.data(), m, n) += Eigen::Map<const Matrix<T>>(scratch.data(), m, n);
+    }
+    grad_defined = true;
+    grad_zeroed = false;
+    return true;
   }
 };
 

@@ -10,6 +10,7 @@ packages=(
   libhiredis-dev redis-server iproute2
   python3-torch python3-numpy
   libopenblas0-pthread  # torch on OpenBLAS, as users run it (bench/compare.py refuses the netlib BLAS)
+  libblas-dev  # libblas.so to link: at run time libblas.so.3 is OpenBLAS, which reference/blas.h uses for large products
   gnuplot-nox
 )
 # Headless Chromium renders the HTML report in tests/report_html_browser_test.cc (the test skips without it).
