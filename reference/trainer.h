@@ -36,8 +36,8 @@ template <typename T>
 struct StepHooks {
   // Before step `step`: the master's parameters and buffers and the optimizer state may be replaced.
   std::function<core::Status(int64_t step, Model<T>* master, std::vector<core::ParamState<T>>* state)> load_state;
-  // After rank `rank`'s backward of micro-batch `micro` (x, y its batch). May run on several threads at once
-  // (SyncBatchNorm lockstep).
+  // After rank `rank`'s backward of micro-batch `micro` (x, y its batch). Runs on several threads at once
+  // (the ranks of a step run in parallel, one thread per core, or in lockstep with SyncBatchNorm).
   std::function<void(int64_t step, int rank, int64_t micro, const Model<T>& worker, const Matrix<T>& x,
                      const core::Tensor& y)> after_backward;
   // After the reduction (master's grads hold the reduced gradient), before the optimizer step with `lr`.

@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Byte-for-byte check of what tools/ddpcheck_torch.py records: record a fixed, seeded corpus of DDP runs with the
+recorder of one tools folder, then compare two such recordings file by file (names and bytes).
+
+    /usr/bin/python3 bench/torch_recorder_identical.py record --tools OLD_TOOLS --out /tmp/a
+    /usr/bin/python3 bench/torch_recorder_identical.py record --tools tools --out /tmp/b
+    /usr/bin/python3 bench/torch_recorder_identical.py compare /tmp/a /tmp/b
+
+The corpus: every tests/real_scripts/ script with each of its manifest cases (W=2), tools/examples/ddp_example.py
+(bn, mlp, float64 linear, no set_epoch) and the overhead bench's MLP (width 32, batch 16, with and without the
+float64 reference). The scripts import ddpcheck_torch from ../tools, so each is run from a scratch tree holding a
+copy of --tools (examples_ddp_series.py gets a torch.manual_seed before its unseeded model). Used to check that a change to the recorder's speed leaves its output unchanged.
+"""
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+PY = "/usr/bin/python3"
+
+BENCH_RUN = r'''
+import os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import ddpcheck_torch
+
+def worker(rank, out, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"; os.environ["MASTER_PORT"] = port
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    for ref in (True, False):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 10))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = nn.CrossEntropyLoss()
+        g = torch.Generator().manual_seed(rank)
+        with ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=loss_fn, out_dir=os.path.join(out, "ref%d" % ref),
+                                        reference=ref) as rec:
+            for s in range(6):
+                x, y = torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+                idx = torch.arange(16) + 16 * (2 * s + rank)
+                opt.zero_grad(); loss = loss_fn(ddp(x), y); loss.backward(); opt.step()
+                rec.step(idx, x, y, loss)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[2], sys.argv[3]), nprocs=2)
+'''
+
+
+def record(tools, out):
+    os.makedirs(out, exist_ok=True)
+    manifest = json.load(open(os.path.join(ROOT, "tests", "real_scripts", "manifest.json")))
+    with tempfile.TemporaryDirectory() as tree:
+        shutil.copytree(tools, os.path.join(tree, "tools"), ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(os.path.join(ROOT, "tools", "examples"), os.path.join(tree, "tools", "examples"),
+                        dirs_exist_ok=True)
+        shutil.copytree(os.path.join(ROOT, "tests", "real_scripts"), os.path.join(tree, "tests", "real_scripts"))
+        series = os.path.join(tree, "tests", "real_scripts", "examples_ddp_series.py")
+        with open(series) as f:  # its model's init is unseeded, like the example it copies: seed it here
+            text = f.read()
+        with open(series, "w") as f:
+            f.write(text.replace("model = torch.nn.Linear(20, 1)", "torch.manual_seed(0); model = torch.nn.Linear(20, 1)"))
+        runs = []
+        for k, s in enumerate(manifest["scripts"]):
+            cases = ",".join(["none"] + list(s["mistakes"]))
+            runs.append((s["script"], [PY, os.path.join(tree, "tests", "real_scripts", s["script"]), "--out",
+                                       os.path.join(out, s["script"]), "--world", "2", "--port", str(29700 + k),
+                                       "--mistakes", cases]))
+        example = os.path.join(tree, "tools", "examples", "ddp_example.py")
+        for k, extra in enumerate((["--model", "bn"], ["--model", "mlp", "--no-set-epoch"],
+                                   ["--model", "linear", "--dtype", "float64"])):
+            name = "ddp_example_" + "_".join(a.strip("-") for a in extra)
+            runs.append((name, [PY, example, "--out", os.path.join(out, name), "--port", str(29740 + k)] + extra))
+        with open(os.path.join(tree, "bench_run.py"), "w") as f:
+            f.write(BENCH_RUN)
+        runs.append(("bench_mlp", [PY, os.path.join(tree, "bench_run.py"), os.path.join(tree, "tools"),
+                                   os.path.join(out, "bench_mlp"), "29750"]))
+        for name, cmd in runs:
+            for attempt in range(3):  # gloo on a loaded box now and then aborts at exit: rerun from scratch
+                shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                print("%-40s rc=%d" % (name, r.returncode), flush=True)
+                if r.returncode == 0:
+                    break
+            else:
+                print(r.stdout[-4000:])
+                sys.exit(1)
+
+
+def files(root):
+    out = set()
+    for d, _, names in os.walk(root):
+        out.update(os.path.relpath(os.path.join(d, n), root) for n in names)
+    return out
+
+
+def compare(a, b):
+    fa, fb = files(a), files(b)
+    bad = sorted(fa ^ fb)
+    for p in bad[:20]:
+        print("only in %s: %s" % (a if p in fa else b, p))
+    differ = [p for p in sorted(fa & fb) if not filecmp.cmp(os.path.join(a, p), os.path.join(b, p), shallow=False)]
+    for p in differ[:20]:
+        print("differs: %s" % p)
+    print("%d files compared, %d only on one side, %d differ" % (len(fa & fb), len(bad), len(differ)))
+    return 0 if not bad and not differ else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--tools", default=os.path.join(ROOT, "tools"), help="folder holding ddpcheck_torch*.py")
+    r.add_argument("--out", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("a")
+    c.add_argument("b")
+    args = ap.parse_args()
+    if args.cmd == "record":
+        record(args.tools, args.out)
+    else:
+        sys.exit(compare(args.a, args.b))
+
+
+if __name__ == "__main__":
+    main()
