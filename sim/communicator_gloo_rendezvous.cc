@@ -1,8 +1,11 @@
 // GlooCommunicator::Create: join the run through the store, then connect gloo's full mesh.
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <gloo/rendezvous/context.h>
@@ -43,6 +46,16 @@ std::string GlooHost(const std::string& hostname) {
 }
 
 std::string JoinedKey(const std::string& run_id, int rank) { return run_id + "/joined/" + std::to_string(rank); }
+
+// What the thread connecting gloo's full mesh shares with the rank that waits for it.
+struct MeshConnect {
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
 
 }  // namespace
 
@@ -102,13 +115,40 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
   }
 
   try {
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, world);
-    context->setTimeout(timeout);
-    PeerAwareStore aware(*store, peers, timeout);  // a rank that dies here is named at once
-    gloo::rendezvous::PrefixStore mesh(run_id + "/mesh", aware);
-    auto device = TcpDevice(GlooHost(hostname));
-    context->connectFullMesh(mesh, device);
-    out->reset(new GlooCommunicator(store, recorder, peers, device, context, rank, world, timeout));
+    auto mesh = std::make_shared<MeshConnect>();
+    mesh->context = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    mesh->context->setTimeout(timeout);
+    mesh->device = TcpDevice(GlooHost(hostname));
+    // Every rank joined, so every peer's process key is in the store: learn them now, and the watch below
+    // checks the peers' processes without touching the store (which the connecting thread is using).
+    peers->Lost();
+    // gloo connects the pairs one after the other and waits up to the timeout for each; a rank that dies
+    // after publishing its address would be named only when those waits run out, one after another (~10 s
+    // at --timeout-ms 2000). The mesh is connected on its own thread while this one watches the peers: a
+    // lost one ends the wait at once, and the thread (holding all it uses) is left to gloo's own timeouts.
+    std::thread([mesh, store, peers, run_id, timeout] {
+      try {
+        PeerAwareStore aware(*store, peers, timeout);  // a rank that dies before publishing is named at once
+        gloo::rendezvous::PrefixStore prefixed(run_id + "/mesh", aware);
+        mesh->context->connectFullMesh(prefixed, mesh->device);
+      } catch (...) {
+        mesh->error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mesh->mu);
+      mesh->done = true;
+      mesh->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(mesh->mu);
+    while (!mesh->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return mesh->done; })) {
+      lock.unlock();
+      const std::string lost = DescribeLost(peers->Lost(/*read_store=*/false));
+      lock.lock();
+      if (!lost.empty() && !mesh->done) {
+        return Status::Timeout(where + ": connecting the full mesh failed" + lost);
+      }
+    }
+    if (mesh->error) std::rethrow_exception(mesh->error);
+    out->reset(new GlooCommunicator(store, recorder, peers, mesh->device, mesh->context, rank, world, timeout));
   } catch (const StoreFailure& e) {
     return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {

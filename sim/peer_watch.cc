@@ -45,12 +45,17 @@ void PeerWatch::Publish() {
   store_->set(prefix_ + std::to_string(rank_), std::vector<char>(value.begin(), value.end()));
 }
 
-std::vector<LostRank> PeerWatch::Lost() {
+std::vector<LostRank> PeerWatch::Lost(bool read_store) {
   std::vector<LostRank> lost;
-  const std::string here = HostKey();
+  const std::string here = read_store ? HostKey() : std::string();
   for (int r = 0; r < world_; ++r) {
-    long& pid = pids_[static_cast<size_t>(r)];
+    long pid;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pid = pids_[static_cast<size_t>(r)];
+    }
     if (pid == 0) {
+      if (!read_store) continue;
       std::vector<char> bytes;
       try {
         if (!StoreTryGet(*store_, prefix_ + std::to_string(r), &bytes)) continue;
@@ -62,6 +67,8 @@ std::vector<LostRank> PeerWatch::Lost() {
       long value = 0;
       if (!std::getline(in, host) || !(in >> value) || value <= 0) continue;
       pid = (host != here || value == static_cast<long>(getpid())) ? -1 : value;
+      std::lock_guard<std::mutex> lock(mu_);
+      pids_[static_cast<size_t>(r)] = pid;
     }
     if (pid <= 0) continue;
     const char state = ProcessState(pid);

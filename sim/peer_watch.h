@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,14 +29,16 @@ class PeerWatch {
   // Writes this rank's key. Throws what the store throws.
   void Publish();
   // The ranks other than this one whose process is gone or stopped, lowest first. Never throws; a peer whose
-  // key cannot be read is skipped.
-  std::vector<LostRank> Lost();
+  // key cannot be read is skipped. read_store = false checks only the peers whose key an earlier call read
+  // (no store access: safe while another thread uses the store). Thread-safe.
+  std::vector<LostRank> Lost(bool read_store = true);
 
  private:
   std::shared_ptr<gloo::rendezvous::Store> store_;
   std::string prefix_;  // "<run_id>/proc/"
   int rank_;
   int world_;
+  std::mutex mu_;            // guards pids_
   std::vector<long> pids_;  // per rank: the peer's pid on this host, 0 unknown, -1 elsewhere or this process
 };
 

@@ -130,8 +130,9 @@ TEST(RankLost, ASigkilledRankMidRunIsNamedByEverySurvivorAndTheLauncherWithinThe
 }
 
 // A moment in a run over Redis, told by a key the ranks write: "<run>/fr/2/<seq>" (rank 2 entering collective
-// #seq; "<run>/joined/2" for seq 0). Not at rendezvous: a rank killed between publishing its Gloo address and
-// connecting is named by the others only after gloo's TCP connect retries give up (~10 s, not timeout + 5 s).
+// #seq; "<run>/joined/2" for seq 0; "<run>/mesh/2" for kMeshAddress: rank 2 published its Gloo pairs' addresses
+// and is connecting the full mesh).
+constexpr int kMeshAddress = -1000;
 struct Moment {
   const char* name;
   int signal;
@@ -157,9 +158,11 @@ TEST_P(RankLostAt, IsNamedByTheSurvivorsAndTheLauncherWithinTheTimeout) {
   if (redis.url().empty()) GTEST_SKIP() << "redis-server not installed or did not start (apt-get install redis-server)";
   const std::string flags = "--steps 30";
   int seq = m.seq;
-  if (seq < 0) seq = CollectivesOfACleanRun(redis, flags) + 1 + seq;
+  if (seq < 0 && seq != kMeshAddress) seq = CollectivesOfACleanRun(redis, flags) + 1 + seq;
   Launch run(m.name, "--rendezvous " + redis.url(), flags);
-  const std::string key = seq == 0 ? run.run_id() + "/joined/2" : run.run_id() + "/fr/2/" + std::to_string(seq);
+  const std::string key = seq == kMeshAddress ? run.run_id() + "/mesh/2"
+                          : seq == 0          ? run.run_id() + "/joined/2"
+                                              : run.run_id() + "/fr/2/" + std::to_string(seq);
   std::shared_ptr<gloo::rendezvous::Store> store;
   ASSERT_TRUE(sim::OpenStore(redis.url(), std::chrono::milliseconds(2000), &store).ok());
   const auto give_up = Clock::now() + std::chrono::seconds(20);
@@ -175,7 +178,9 @@ TEST_P(RankLostAt, IsNamedByTheSurvivorsAndTheLauncherWithinTheTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Moments, RankLostAt,
-                         ::testing::Values(Moment{"KilledAtItsFirstCollective", SIGKILL, 1},
+                         ::testing::Values(Moment{"KilledWhileConnectingTheMesh", SIGKILL, kMeshAddress},
+                                           Moment{"StoppedWhileConnectingTheMesh", SIGSTOP, kMeshAddress},
+                                           Moment{"KilledAtItsFirstCollective", SIGKILL, 1},
                                            Moment{"KilledMidRun", SIGKILL, 60},
                                            Moment{"StoppedMidRun", SIGSTOP, 60},
                                            Moment{"KilledInItsLastCollectives", SIGKILL, -2},
