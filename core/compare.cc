@@ -287,6 +287,12 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
 
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
                             int64_t policy_step) {
+  return CompareTraces(got, want, policy, bounds, policy_step,
+                       StepRange{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -2});
+}
+
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
+                            int64_t policy_step, const StepRange& range) {
   CompareResult result;
   result.derivation = policy.Derivation();
   // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
@@ -298,7 +304,12 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
       if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
     }
   }
-  for (const auto& [key, value] : got.records()) {
+  TraceKey from;
+  from.step = range.first_step;
+  from.checkpoint = static_cast<Checkpoint>(0);
+  from.rank = std::numeric_limits<int>::min();
+  for (auto it = got.records().lower_bound(from); it != got.records().end() && it->first.step <= range.last_step; ++it) {
+    const auto& [key, value] = *it;
     if (key.checkpoint == Checkpoint::kBucket) continue;  // layouts are checked across ranks, not vs reference
     const Tensor* w = want.Find(key);
     if (!w) {
@@ -334,9 +345,13 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     }
   }
   // A rank that stopped early: the reference has parameters for steps the trace lacks.
-  int max_rank = -1;
-  for (const auto& [key, v] : got.records()) max_rank = std::max(max_rank, key.rank);
+  int max_rank = range.max_rank;
+  if (max_rank == -2) {
+    max_rank = -1;
+    for (const auto& [key, v] : got.records()) max_rank = std::max(max_rank, key.rank);
+  }
   for (const auto& [key, v] : want.records()) {
+    if (key.step < range.first_step || key.step > range.last_step) continue;
     // Optimizer state ("opt.<state>.<param>", a step-local replay's) is checked where the run recorded it.
     if (key.checkpoint != Checkpoint::kParams || key.tensor.rfind("opt.", 0) == 0) continue;
     TraceKey shared = key;

@@ -92,6 +92,16 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
 // uses 0: one step's arithmetic). Exact checkpoints (sampler, lr, scaler) and integers stay bitwise.
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
                             int64_t policy_step = -1);
+// Only got's records of steps first_step..last_step (a check that compares step by step as its oracle is
+// computed); max_rank: the highest rank in `got` (a rank with no record in the range stopped early), -2 to
+// compute it.
+struct StepRange {
+  int64_t first_step = 0;
+  int64_t last_step = 0;
+  int max_rank = -2;
+};
+CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
+                            int64_t policy_step, const StepRange& range);
 // The safety factor on element-wise bounds: the analysis is first order in u (docs/tolerance.md).
 inline constexpr double kBoundSafety = 2.0;
 // Events (timeouts, DDP errors) of a run as mismatches.

@@ -61,6 +61,30 @@ Trace& Trace::operator=(const Trace& o) {
   return *this;
 }
 
+Trace::Trace(Trace&& o) noexcept {
+  std::lock_guard<std::mutex> lock(o.mu_);
+  records_ = std::move(o.records_);
+  events_ = std::move(o.events_);
+  meta = std::move(o.meta);
+}
+
+Trace& Trace::operator=(Trace&& o) noexcept {
+  if (this == &o) return *this;
+  std::scoped_lock lock(mu_, o.mu_);
+  records_ = std::move(o.records_);
+  events_ = std::move(o.events_);
+  meta = std::move(o.meta);
+  return *this;
+}
+
+Trace Trace::TakeSteps(int64_t last_step) {
+  Trace out;
+  while (!records_.empty() && records_.begin()->first.step <= last_step) {
+    out.records_.insert(records_.extract(records_.begin()));
+  }
+  return out;
+}
+
 void Trace::Add(const TraceKey& key, Tensor value) {
   std::lock_guard<std::mutex> lock(mu_);
   records_[key] = std::move(value);

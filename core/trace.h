@@ -65,10 +65,16 @@ class Trace {
   Trace() = default;
   Trace(const Trace& o);
   Trace& operator=(const Trace& o);
+  // Moves take the records without copying them (a trace of a large model is gigabytes).
+  Trace(Trace&& o) noexcept;
+  Trace& operator=(Trace&& o) noexcept;
 
   // Thread-safe: rank threads add concurrently. A second Add for one key replaces the first.
   void Add(const TraceKey& key, Tensor value);
   void AddEvent(TraceEvent event);
+  // Moves the records of steps <= last_step (not the events or meta) into the returned trace. Not synchronised
+  // with Add.
+  Trace TakeSteps(int64_t last_step);
   // nullptr when absent. Not synchronised with Add: read after the run.
   const Tensor* Find(const TraceKey& key) const;
   const std::map<TraceKey, Tensor>& records() const { return records_; }

@@ -1,6 +1,8 @@
 #include "reference/step_local.h"
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,9 +72,12 @@ class Replayer {
     return h;
   }
   void set_values(core::Trace* v) { values_ = v; }
+  // Called as step `step` starts (every earlier step's values and bounds are complete).
+  void set_on_step_start(std::function<void(int64_t)> f) { on_step_start_ = std::move(f); }
 
  private:
   core::Status Load(int64_t step, Model<double>* m, std::vector<core::ParamState<double>>* st) {
+    if (on_step_start_) on_step_start_(step);
     sb_ = std::make_unique<StepBounds>();
     const int64_t prev = step - 1;
     std::map<std::string, Tensor> vals;
@@ -266,6 +271,7 @@ class Replayer {
   core::Trace* values_ = nullptr;
   double u_;
   std::unique_ptr<StepBounds> sb_;
+  std::function<void(int64_t)> on_step_start_;
   // Per parameter: the error bound of optimizer state the replay carries on from its own previous step.
   std::map<std::string, std::map<std::string, std::vector<double>>> state_err_;
 };
@@ -274,23 +280,52 @@ class Replayer {
 
 bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled; }
 
-core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorded, core::Trace* values,
-                             core::Trace* bounds) {
+namespace {
+
+core::Status Replay(const core::Scenario& s, const core::Trace& recorded, core::Trace* values, core::Trace* bounds,
+                    std::function<void(int64_t)> on_step_start) {
   if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: AMP runs are not supported");
   core::Scenario s64 = s;
   s64.precision = core::DType::kFloat64;
   DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&s64));
   Replayer r(s, recorded, bounds);
   r.set_values(values);
+  r.set_on_step_start(std::move(on_step_start));
   return RunReferenceWithHooks(s64, r.Hooks(), values);
+}
+
+}  // namespace
+
+core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorded, core::Trace* values,
+                             core::Trace* bounds) {
+  return Replay(s, recorded, values, bounds, nullptr);
 }
 
 core::Status CheckStepLocal(const core::Scenario& s, const core::Trace& recorded, const core::TolerancePolicy& fallback,
                             core::CompareResult* result, core::Trace* values) {
-  core::Trace local_values, bounds;
-  core::Trace* v = values ? values : &local_values;
-  DDPCHECK_RETURN_IF_ERROR(ReplayStepLocal(s, recorded, v, &bounds));
-  *result = core::CompareTraces(recorded, *v, fallback, bounds, /*policy_step=*/0);
+  // Each step is compared as soon as the replay has finished it, and its values and bounds are dropped (the
+  // caller's *values keeps them), so the replay holds one step of a large model, not the whole run.
+  core::Trace replayed, bounds, kept;
+  int max_rank = -1;
+  for (const auto& [key, v] : recorded.records()) max_rank = std::max(max_rank, key.rank);
+  core::CompareResult total;
+  auto flush = [&](int64_t last_step) {
+    core::Trace v = replayed.TakeSteps(last_step);
+    core::Trace b = bounds.TakeSteps(last_step);
+    if (v.records().empty()) return;
+    const core::StepRange range{v.records().begin()->first.step, last_step, max_rank};
+    total.Merge(core::CompareTraces(recorded, v, fallback, b, /*policy_step=*/0, range));
+    if (values) {
+      for (auto& [key, t] : v.records()) kept.Add(key, t);
+    }
+  };
+  DDPCHECK_RETURN_IF_ERROR(Replay(s, recorded, &replayed, &bounds, [&](int64_t step) { flush(step - 1); }));
+  flush(std::numeric_limits<int64_t>::max());
+  if (values) {
+    kept.meta = replayed.meta;
+    *values = std::move(kept);
+  }
+  *result = std::move(total);
   result->derivation = fmt::format(
       "step-local: every step replayed in float64 from the state the run recorded at its start, so the budget "
       "covers one step. Each value has its own bound from a running error analysis (docs/tolerance.md): a sum or "

@@ -8,7 +8,7 @@
 //
 // The check a harness composes: CheckStepLocal(scenario, recorded trace, fallback policy, &result), where the
 // fallback policy (core::PolicyFor / core::DumpPolicy, at one step's budget) judges the values without an
-// element-wise bound (SyncBatchNorm layers, forward buffers).
+// element-wise bound (forward buffers).
 #pragma once
 
 #include "core/compare.h"
@@ -18,8 +18,9 @@
 
 namespace ddpcheck::ref {
 
-// Whether ReplayStepLocal supports the scenario: no AMP (GradScaler state is not yet loaded from a record) and
-// no SyncBatchNorm layer (no element-wise rules for it); the harness uses the normwise policy otherwise.
+// Whether ReplayStepLocal supports the scenario: no AMP (no element-wise rules for autocast, and GradScaler
+// state is not yet loaded from a record); the harness uses the normwise policy otherwise. SyncBatchNorm layers
+// are bounded over every rank's rows (reference/error_bounds.h, GroupMicroBatchErrorBounds).
 bool StepLocalSupported(const core::Scenario& s);
 
 // `s` with its data materialised. *values: the float64 reference's values of each step from the recorded
@@ -30,7 +31,8 @@ core::Status ReplayStepLocal(const core::Scenario& s, const core::Trace& recorde
                              core::Trace* bounds);
 
 // ReplayStepLocal and core::CompareTraces(recorded, values, fallback, bounds, 0) into *result, with the
-// derivation of the element-wise bounds. *values (optional) receives the replay.
+// derivation of the element-wise bounds, compared step by step as the replay goes (each step's values and
+// bounds are dropped once compared). *values (optional) receives the replay.
 core::Status CheckStepLocal(const core::Scenario& s, const core::Trace& recorded, const core::TolerancePolicy& fallback,
                             core::CompareResult* result, core::Trace* values = nullptr);
 
