@@ -34,11 +34,20 @@ const Backend& TheBackend() {
       r.name = "eigen (DDPCHECK_BLAS=eigen)";
       return r;
     }
-    // OpenBLAS names itself; the netlib reference BLAS has neither symbol.
+    // OpenBLAS names itself; the netlib reference BLAS has neither symbol. Asked of the library sgemm_ was
+    // bound to (and what it depends on), not of the process: an OpenBLAS loaded by something else must not
+    // vouch for a netlib sgemm_.
     using SetThreads = void (*)(int);
     using GetConfig = char* (*)();
-    auto set_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    auto get_config = reinterpret_cast<GetConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+    SetThreads set_threads = nullptr;
+    GetConfig get_config = nullptr;
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&sgemm_), &info) != 0 && info.dli_fname != nullptr) {
+      if (void* lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD)) {
+        set_threads = reinterpret_cast<SetThreads>(dlsym(lib, "openblas_set_num_threads"));
+        get_config = reinterpret_cast<GetConfig>(dlsym(lib, "openblas_get_config"));
+      }
+    }
     if (!set_threads || !get_config) {
       r.name = "eigen (libblas.so.3 is not OpenBLAS)";
       return r;
