@@ -8,6 +8,8 @@
 #include <limits>
 #include <variant>
 
+#include "reference/blas.h"
+
 namespace ddpcheck::ref {
 
 namespace {
@@ -27,6 +29,20 @@ struct LayerCache {
 };
 
 M Abs(const M& a) { return a.cwiseAbs(); }
+
+// op(a) op(b) for row-major a, b: through the BLAS for large products (reference/blas.h), else Eigen. Bounds
+// and values here are float64 sums of non-negative terms or the replay's own values: any summation order will do.
+// An operand that is an expression is evaluated into a temporary by Ref; a matrix or a whole Map is used as is.
+M Mul(const Eigen::Ref<const M>& a, bool ta, const Eigen::Ref<const M>& b, bool tb) {
+  const Eigen::Index m = ta ? a.cols() : a.rows(), k = ta ? a.rows() : a.cols(), n = tb ? b.rows() : b.cols();
+  M c(m, n);
+  if (BlasGemm(ta, tb, m, n, k, a.data(), a.outerStride(), b.data(), b.outerStride(), 0.0, c.data())) return c;
+  if (ta && tb) c.noalias() = a.transpose() * b.transpose();
+  if (ta && !tb) c.noalias() = a.transpose() * b;
+  if (!ta && tb) c.noalias() = a * b.transpose();
+  if (!ta && !tb) c.noalias() = a * b;
+  return c;
+}
 
 // e of 1/sqrt(s) given e of s: |1/sqrt(s') - 1/sqrt(s)| <= es / (2 (s - es)^(3/2)) for es < s, plus the
 // roundings of sqrt and the division (3u relative).
@@ -281,8 +297,10 @@ bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, Layer
   const auto& layer = m.layer(i);
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
     const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
-    c->out = h * W.transpose();
-    c->eout = e * W.cwiseAbs().transpose() + Gamma(static_cast<double>(lin->in_features() + 1), u) * (Abs(h) * W.cwiseAbs().transpose());
+    const M absW = W.cwiseAbs();
+    c->out = Mul(h, false, W, true);
+    // e |W|^T + g |h| |W|^T as one product.
+    c->eout = Mul(M(e + Gamma(static_cast<double>(lin->in_features() + 1), u) * Abs(h)), false, absW, true);
     if (lin->has_bias()) {
       const auto b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
       c->out.rowwise() += b;
@@ -373,15 +391,16 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
     const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
     const double B = static_cast<double>(d->rows());
-    const M edW = ed->transpose() * Abs(c.in) + Abs(*d).transpose() * c.ein + ed->transpose() * c.ein +
-                  Gamma(B, u) * (Abs(*d).transpose() * Abs(c.in));
+    // e(dy)^T |x| + |dy|^T e(x) + e(dy)^T e(x) + g(B) |dy|^T |x| as two products.
+    const M edW = Mul(M(*ed + Gamma(B, u) * Abs(*d)), true, Abs(c.in), false) +
+                  Mul(M(Abs(*d) + *ed), true, c.ein, false);
     r->grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
     if (lin->has_bias()) {
       const RV edb = ed->colwise().sum() + Gamma(B, u) * Abs(*d).colwise().sum();
       r->grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
     }
-    dx = *d * W;
-    edx = *ed * W.cwiseAbs() + Gamma(static_cast<double>(lin->out_features()), u) * (Abs(*d) * W.cwiseAbs());
+    dx = Mul(*d, false, W, false);
+    edx = Mul(M(*ed + Gamma(static_cast<double>(lin->out_features()), u) * Abs(*d)), false, M(W.cwiseAbs()), false);
   } else if (std::holds_alternative<ReLU<double>>(layer)) {
     // Where the input's sign is uncertain (|x| <= e(x)) the run may have passed or blocked dy.
     const auto pass = (c.in.array() > 0).cast<double>();
