@@ -25,10 +25,12 @@ namespace {
 using nlohmann::json;
 using testing::TempDir;
 
-#if defined(__SANITIZE_ADDRESS__)
+// Built with a sanitizer that reserves terabytes of shadow address space (ASan, TSan; the binary under test is
+// built with the same flags): an address-space limit would stop it at start-up, not at an allocation.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kAsan = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 constexpr bool kAsan = true;
 #else
 constexpr bool kAsan = false;
@@ -53,6 +55,7 @@ Outcome RunLimited(const std::string& args, const TempDir& dir, const std::strin
   if (pid == 0) {
     if (kAsan) {
       setenv("ASAN_OPTIONS", "max_allocation_size_mb=1024:allocator_may_return_null=0:exitcode=86", 1);
+      setenv("TSAN_OPTIONS", "max_allocation_size_mb=1024:allocator_may_return_null=0", 1);
     } else {
       rlimit limit{2ull << 30, 2ull << 30};
       setrlimit(RLIMIT_AS, &limit);
