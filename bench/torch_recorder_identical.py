@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Byte-for-byte check of what tools/ddpcheck_torch.py records: record a fixed, seeded corpus of DDP runs with the
-recorder of one tools folder, then compare two such recordings file by file (names and bytes).
+recorder of one tools folder, then compare two such recordings file by file (names, bytes and permission bits).
 
     /usr/bin/python3 bench/torch_recorder_identical.py record --tools OLD_TOOLS --out /tmp/a
     /usr/bin/python3 bench/torch_recorder_identical.py record --tools tools --out /tmp/b
@@ -9,7 +9,8 @@ recorder of one tools folder, then compare two such recordings file by file (nam
 The corpus: every tests/real_scripts/ script with each of its manifest cases (W=2), tools/examples/ddp_example.py
 (bn, mlp, float64 linear, no set_epoch) and the overhead bench's MLP (width 32, batch 16, with and without the
 float64 reference). The scripts import ddpcheck_torch from ../tools, so each is run from a scratch tree holding a
-copy of --tools (examples_ddp_series.py gets a torch.manual_seed before its unseeded model). Used to check that a change to the recorder's speed leaves its output unchanged.
+copy of --tools (examples_ddp_series.py gets a torch.manual_seed before its unseeded model). Used to check that
+a change to the recorder's speed leaves its output unchanged (issue 16: identical before and after).
 """
 import argparse
 import filecmp
@@ -67,7 +68,8 @@ def record(tools, out):
         with open(series) as f:  # its model's init is unseeded, like the example it copies: seed it here
             text = f.read()
         with open(series, "w") as f:
-            f.write(text.replace("model = torch.nn.Linear(20, 1)", "torch.manual_seed(0); model = torch.nn.Linear(20, 1)"))
+            f.write(text.replace("model = torch.nn.Linear(20, 1)",
+                                 "torch.manual_seed(0); model = torch.nn.Linear(20, 1)"))
         runs = []
         for k, s in enumerate(manifest["scripts"]):
             cases = ",".join(["none"] + list(s["mistakes"]))
@@ -107,7 +109,8 @@ def compare(a, b):
     bad = sorted(fa ^ fb)
     for p in bad[:20]:
         print("only in %s: %s" % (a if p in fa else b, p))
-    differ = [p for p in sorted(fa & fb) if not filecmp.cmp(os.path.join(a, p), os.path.join(b, p), shallow=False)]
+    differ = [p for p in sorted(fa & fb) if not filecmp.cmp(os.path.join(a, p), os.path.join(b, p), shallow=False)
+              or os.stat(os.path.join(a, p)).st_mode != os.stat(os.path.join(b, p)).st_mode]
     for p in differ[:20]:
         print("differs: %s" % p)
     print("%d files compared, %d only on one side, %d differ" % (len(fa & fb), len(bad), len(differ)))

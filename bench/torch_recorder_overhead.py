@@ -2,11 +2,14 @@
 """Recording overhead of tools/ddpcheck_torch.py: seconds per training step of one DDP loop (W ranks, gloo, CPU)
 un-instrumented, recorded with the single-process reference (the default), and recorded without it.
 
-    /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256]
+    /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256] [--batch 64]
 
-Prints one JSON line per mode with rank 0's median step time and the ratio to the plain loop (target <= 2x).
-The recorder writes every step's tensors to .npy files: the ratio grows with the model's size relative to its
-compute (docs/torch.md, "Overhead").
+Prints one JSON line per mode with rank 0's median step time and the ratio to the plain loop (target <= 2x), the
+whole loop's time per step (first step to the end of rec.close(), which waits for the recorder's writer thread, so
+every file written is counted) with its ratio to the plain loop's, and rank 0's CPU time per step over the loop:
+its training thread's (main_cpu) and its whole process's (cpu: the writer and gloo threads too). The recorder
+writes every step's tensors to .npy files (under --tmp): the ratio grows with the model's size relative to its
+compute and with the file system's cost per new file and page (docs/torch.md, "Overhead").
 """
 import argparse
 import json
@@ -36,6 +39,7 @@ def loop(rank, args, mode, out):
                                                                    reference=mode == "recorded")
     g = torch.Generator().manual_seed(rank)
     times = []
+    start, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(args.steps):
         x, y = torch.randn(args.batch, args.width, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
         t0 = time.perf_counter()
@@ -47,8 +51,9 @@ def loop(rank, args, mode, out):
             rec.step(loss=loss)
         times.append(time.perf_counter() - t0)
     if rec is not None:
-        rec.close()
-    return statistics.median(times[5:])
+        rec.close()  # waits for the writer thread: the loop's time includes every file written
+    return {"step": statistics.median(times[5:]), "loop": (time.perf_counter() - start) / args.steps,
+            "cpu": (time.process_time() - cpu) / args.steps, "main_cpu": (time.thread_time() - main_cpu) / args.steps}
 
 
 def worker(rank, args, results):
@@ -56,9 +61,10 @@ def worker(rank, args, results):
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for mode in ("plain", "recorded", "recorded-no-reference", "plain"):
             t = loop(rank, args, mode, os.path.join(tmp, mode))
+            dist.barrier()
             if rank == 0:
                 results[mode] = t  # the second "plain" run replaces the first (warm caches)
     dist.destroy_process_group()
@@ -71,13 +77,17 @@ def main():
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--port", type=int, default=29600)
+    ap.add_argument("--tmp", default=None, help="folder for the dumps (default: the system's temporary folder)")
     args = ap.parse_args()
     results = mp.Manager().dict()
     mp.spawn(worker, args=(args, results), nprocs=args.world)
     plain = results["plain"]
     for mode in ("plain", "recorded", "recorded-no-reference"):
+        r = results[mode]
         print(json.dumps({"mode": mode, "world": args.world, "width": args.width, "batch": args.batch,
-                          "step_s": round(results[mode], 6), "ratio": round(results[mode] / plain, 3)}))
+                          "step_s": round(r["step"], 6), "ratio": round(r["step"] / plain["step"], 3),
+                          "loop_s_per_step": round(r["loop"], 6), "loop_ratio": round(r["loop"] / plain["loop"], 3),
+                          "main_cpu_s_per_step": round(r["main_cpu"], 6), "cpu_s_per_step": round(r["cpu"], 6)}))
 
 
 if __name__ == "__main__":

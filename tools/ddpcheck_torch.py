@@ -17,16 +17,22 @@ Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process
             sched.step()
 
 Any nn.Module is recorded for the protocol check (its DDP hooks and the float64 reference live in
-ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is a little over 400
-lines: it is the one module users import, holding the recorder and the replay's description of the run.)
+ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is a little under 600
+lines: it is the one module users import, holding the recorder, its file writer and the replay's description of
+the run.)
 
 Each rank writes OUT_DIR/rank<r>/index.json plus .npy files. An exception inside the `with` block is recorded
 in the index ("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump.
+A step's .npy files are written by a background thread from the recorder's own copies (close() waits for it; a
+failed write is raised by a later rec.step() or by close(), and recorded like an error at the step it belongs to).
 """
+import collections
+import io
 import json
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -154,6 +160,109 @@ def _scheduler(s):
     return out
 
 
+class _Writer:
+    """Writes the recorder's .npy files on a background thread, so a step does not wait on the file system.
+    put() hands over a batch of (path, array), arrays nobody changes any more (the recorder's own copies), with
+    the step they belong to and what to call once they are written (`done`, on the writer thread); at most
+    `limit` bytes wait to be written (put blocks beyond that). The first failed write is kept in `failure` as
+    (step, exception) and raised by the next put(); close() writes what is left, joins the thread and raises
+    nothing (the recorder decides). The files are byte for byte np.save's: a C-contiguous array is written as
+    the header np.save gives its dtype and shape (made once, by numpy's own writer) followed by its memory, in
+    one writev; anything else by np.save itself."""
+
+    def __init__(self, limit=256 << 20):
+        self._cv = threading.Condition()
+        self._queue = collections.deque()  # (batch, step, done, bytes)
+        self._pending = 0  # bytes queued or being written
+        self._limit = limit
+        self._closing = False
+        self._thread = None
+        self._headers = {}
+        self.failure = None  # (step, exception) of the first failed write
+        self.raised = False  # whether put() raised it
+
+    def put(self, batch, step, done=None):
+        size = sum(a.nbytes for _, a in batch)
+        with self._cv:
+            self._raise()
+            while self._pending and self._pending + size > self._limit:
+                self._cv.wait()
+                self._raise()
+            if not batch:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ddpcheck-writer", daemon=True)
+                self._thread.start()
+            self._queue.append((batch, step, done, size))
+            self._pending += size
+            self._cv.notify_all()
+
+    def close(self, batch, step):
+        """Writes `batch` and whatever is queued, then joins the thread."""
+        with self._cv:
+            if batch:
+                self._queue.append((batch, step, None, 0))
+            if self._queue and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ddpcheck-writer", daemon=True)
+                self._thread.start()
+            self._closing = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._cv:
+            self._thread, self._closing = None, False
+
+    def _raise(self):
+        if self.failure is not None and not self.raised:
+            self.raised = True
+            raise self.failure[1]
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                batch, step, done, size = self._queue[0]
+            try:
+                for path, array in batch:
+                    self._write(path, array)
+            except BaseException as e:  # noqa: BLE001 - handed to the recording thread
+                with self._cv:
+                    self.failure = self.failure or (step, e)
+            else:
+                if done is not None:
+                    done()
+            with self._cv:
+                self._queue.popleft()
+                self._pending -= size
+                self._cv.notify_all()
+
+    def _write(self, path, a):
+        if not a.flags.c_contiguous or a.dtype.hasobject or a.dtype.fields is not None:
+            np.save(path, a)
+            return
+        key = (a.dtype, a.shape)
+        header = self._headers.get(key)
+        if header is None:
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, a, allow_pickle=False)
+            header = self._headers[key] = buf.getvalue()[:buf.tell() - a.nbytes]
+        data = a.reshape(-1).view(np.uint8)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags, 0o666)
+        try:
+            done = os.writev(fd, [header, data]) if hasattr(os, "writev") else 0
+            if done < len(header) + data.nbytes:  # a short write (or no writev): the rest, one write at a time
+                rest = memoryview(header + data.tobytes())[done:]
+                while rest:
+                    rest = rest[os.write(fd, rest):]
+        finally:
+            os.close(fd)
+
+
 class DdpRecorder:
     """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast), before the first
     forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed."""
@@ -172,6 +281,8 @@ class DdpRecorder:
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
         os.makedirs(self.dir, exist_ok=True)
+        self._writer = _Writer()
+        self._out = []  # [(path, array)] for the writer, handed over at the end of __init__, step() and close()
         self.no_replay = []  # why this run can only be checked by protocol
         self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
         self.loss = self._describe(lambda: describe_loss(loss_fn), None)
@@ -189,6 +300,7 @@ class DdpRecorder:
         self._sched_total = 0
         self._counts = {"ddp": 0, "module": 0}
         self._fwd_buffers = None
+        self._ref_grads = None  # this step's reference gradients, reused by the reference once written
         named = list(self.module.named_parameters())
         self._pindex = {id(q): i for i, (_, q) in enumerate(named)}
         buffers = [n for n, _ in self.module.named_buffers()]
@@ -221,6 +333,7 @@ class DdpRecorder:
                        self.module.register_forward_pre_hook(self._on_module_forward)]
         if self.ref is not None and self.ref.user_loss is not None:
             self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
+        self._hand_over(0)  # the init files: the writer thread starts here
 
     def _describe(self, fn, fallback):
         try:
@@ -270,13 +383,24 @@ class DdpRecorder:
         if self.ref is not None:
             self.ref.on_forward(module, inputs)
 
-    def _save(self, stem, t):
+    def _save(self, stem, t, owned=False):
+        """Queues t for OUT_DIR/rank<r>/<stem>.npy. owned: t is the recorder's own copy, which nothing changes
+        any more; else t is copied now, in the memory order np.save would write it in."""
         path = stem + ".npy"
-        np.save(os.path.join(self.dir, path), t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t))
+        a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
+        if not owned:
+            a = np.array(a, order="F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C")
+        self._out.append((os.path.join(self.dir, path), a))
         return path
 
-    def _save_state(self, prefix, state):
-        return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v) for k, v in state.items()}
+    def _hand_over(self, step, done=None):
+        """The files _save queued since the last call go to the writer thread as one batch: step's files (those
+        of __init__ count as step 0's: without them no step is usable); done() runs once they are written."""
+        out, self._out = self._out, []
+        self._writer.put(out, step, done)
+
+    def _save_state(self, prefix, state, owned=False):
+        return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v, owned) for k, v in state.items()}
 
     def set_dataset(self, x, y):
         """The full dataset (rows indexed by the sampler); else it is rebuilt from the recorded batches."""
@@ -286,6 +410,14 @@ class DdpRecorder:
         """Call once per optimizer step, after optimizer.step() (and scaler.update()). batch_indices: the batch's
         dataset rows (needed for the replay and the sampler check; without them only the protocol is checked)."""
         s = len(self.steps)
+        try:
+            self._step(batch_indices, xb, yb, loss)
+        finally:  # the step's files are written by the writer thread while training goes on
+            ref, self._ref_grads = self._ref_grads, None
+            self._hand_over(s, None if ref is None else lambda: self.ref.recycle(ref))
+
+    def _step(self, batch_indices, xb, yb, loss):
+        s = len(self.steps)
         if batch_indices is None:
             idx = torch.zeros(0, dtype=torch.int64)
             if "rec.step() got no batch indices" not in self.no_replay:
@@ -294,12 +426,13 @@ class DdpRecorder:
             idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
         if self.batch_size is None and idx.numel():
             self.batch_size = int(idx.numel())
+        # One copy of the batch, kept as row views (a batch lives while a row of it is the latest of its index).
         if xb is not None and idx.numel():
-            for i, row in zip(idx.tolist(), torch.as_tensor(xb)):
-                self.x_rows[i] = row.detach().clone()
+            for i, row in zip(idx.tolist(), torch.as_tensor(xb).detach().clone()):
+                self.x_rows[i] = row
         if yb is not None and idx.numel():
-            for i, row in zip(idx.tolist(), torch.as_tensor(yb)):
-                self.y_rows[i] = row.detach().clone()
+            for i, row in zip(idx.tolist(), torch.as_tensor(yb).detach().clone()):
+                self.y_rows[i] = row
         p = "s%d" % s
         opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
         lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
@@ -313,10 +446,10 @@ class DdpRecorder:
         if hyper is not None:
             rec["groups"] = hyper
         if self._fwd_buffers is not None:
-            rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers)
+            rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers, owned=True)
         named = list(self.module.named_parameters())
         grads = {n: (step_grads.get(id(q)) if step_grads is not None else q.grad) for n, q in named}
-        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g)
+        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g, step_grads is not None)
                         for n, g in grads.items() if g is not None}
         rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q) for n, q in named}
         rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()))
@@ -331,14 +464,16 @@ class DdpRecorder:
         rec["optimizer_step_counts"] = counters
         if self.buckets is not None:
             rec["buckets"] = [{"index": b["index"], "params": b["params"],
-                               "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"]),
-                               "reduced": self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"])
+                               "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"], True),
+                               "reduced": self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True)
                                if b["reduced"] is not None else None}
                               for k, b in enumerate(self.buckets.take())]
         if self.ref is not None:
             ref, why = self.ref.compute(yb)
+            self._ref_grads = ref
             if ref is not None:
-                rec["ref_grads"] = {self.name(n): self._save("%s.ref.%s" % (p, self.name(n)), g) for n, g in ref.items()}
+                rec["ref_grads"] = {self.name(n): self._save("%s.ref.%s" % (p, self.name(n)), g, True)
+                                    for n, g in ref.items()}
                 rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
                             "ref_loss": why["loss"]})
             else:
@@ -377,6 +512,17 @@ class DdpRecorder:
                 Y[i] = v
             ix["dataset"] = {"x": self._save("dataset.x", X), "y": self._save("dataset.y", Y),
                              "complete": len(self.x_rows) == n, "rows_seen": sorted(self.x_rows)}
+        out, self._out = self._out, []
+        self._writer.close(out, len(self.steps))  # every .npy is on disk before the index that names them
+        failed = self._writer.failure  # (step, exception) of a write that failed, the step's files incomplete
+        if failed is not None:
+            step, e = failed
+            del self.steps[step:]  # as a synchronous write would have left it: the run stopped at that step
+            if self.error is None or step < self.error["step"]:
+                self.error = {"step": step, "type": type(e).__name__,
+                              "message": str(e).splitlines()[0] if str(e) else type(e).__name__}
+            else:
+                failed = None  # the run's own exception came first and is the one that propagates
         ix["steps"] = self.steps
         self._scheduler_cadence()
         ix["replay"] = {"possible": not self.no_replay, "reasons": self.no_replay}
@@ -390,6 +536,9 @@ class DdpRecorder:
         with open(os.path.join(self.dir, "index.json.tmp"), "w") as f:
             json.dump(ix, f, indent=1)
         os.replace(os.path.join(self.dir, "index.json.tmp"), os.path.join(self.dir, "index.json"))
+        if failed is not None and not self._writer.raised:
+            self._writer.raised = True
+            raise failed[1]
 
     def _scheduler_cadence(self):
         """The replay steps schedulers once per epoch: any other cadence is checked by protocol only."""

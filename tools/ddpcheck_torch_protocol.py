@@ -165,6 +165,24 @@ class Reference:
         self.targets = []  # targets the loss module saw
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
+        self._spare = []  # gradient dicts compute() returned that are written: reused (fresh memory is slow)
+
+    def recycle(self, grads):
+        """grads, a dict compute() returned, is no longer needed (its files are written): its tensors are reused.
+        May run on the recorder's writer thread."""
+        if len(self._spare) < 2:
+            self._spare.append(grads)
+
+    def _zeros(self, params):
+        """{name: zeros like the parameter}: a recycled dict zeroed when its tensors match, else new tensors."""
+        spare = self._spare.pop() if self._spare else None
+        if spare is None or list(spare) != list(params) or any(
+                t.dtype != p.dtype or t.shape != p.shape or t.stride() != p.stride() for t, p in
+                zip(spare.values(), params.values())):
+            return {n: torch.zeros_like(p) for n, p in params.items()}
+        for t in spare.values():
+            t.zero_()
+        return spare
 
     def on_forward(self, module, args):
         if not torch.is_grad_enabled():
@@ -197,7 +215,7 @@ class Reference:
                               "rec.step()" % (len(inputs), len(targets)))
         keep = torch.get_rng_state()
         params = dict(self.model.named_parameters())
-        total = {n: torch.zeros_like(p) for n, p in params.items()}
+        total = self._zeros(params)
         try:
             self._accumulate(inputs, targets, start, params, total)
         except Exception as e:  # noqa: BLE001 - the user's loss or model on float64: report, never break the run
@@ -205,7 +223,11 @@ class Reference:
         finally:
             torch.set_rng_state(keep)
         facts["loss"] = self.last_loss  # the float64 loss of the step's last micro-batch
-        return {n: g / len(inputs) for n, g in total.items()}, facts
+        if len(inputs) == 1:  # x / 1 is x, bit for bit: the division is skipped (total is this step's own)
+            return total, facts
+        out = {n: g / len(inputs) for n, g in total.items()}
+        self.recycle(total)
+        return out, facts
 
     def _accumulate(self, inputs, targets, start, params, total):
         for (args, rng), y in zip(inputs, targets):
