@@ -64,6 +64,12 @@ class GlooCommunicator final : public core::Communicator {
   core::Status AllGather(core::ConstSpan in, core::Span out, const std::string& what) override;
   core::Status Barrier(const std::string& what) override;
 
+  // The end of this rank's run, before the communicator closes: marks it in the store and, with
+  // wait_for_peers (a rank that ran to its end), waits up to the timeout, ending early when a peer is lost,
+  // until every rank has marked its end. Gloo resets a pair's connection when it closes, which would discard
+  // what a slower rank has not yet read of the last collective. Never fails: the run's collectives are over.
+  void FinishRun(bool wait_for_peers);
+
   void SetTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   std::string name() const override { return "gloo"; }
@@ -128,6 +134,7 @@ class GlooCommunicator final : public core::Communicator {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
+  std::string run_id_;  // the keys of FinishRun
   int64_t seq_ = 0;
   int64_t direct_allreduce_bytes_ = kDefaultDirectAllReduceBytes;
   // Direct exchanges: W blocks of DirectBlock() bytes receiving rank r's message at block r (receives for

@@ -149,6 +149,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     }
     if (mesh->error) std::rethrow_exception(mesh->error);
     out->reset(new GlooCommunicator(store, recorder, peers, mesh->device, mesh->context, rank, world, timeout));
+    (*out)->run_id_ = run_id;
   } catch (const StoreFailure& e) {
     return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {
@@ -159,6 +160,19 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
                   where + ": connecting the full mesh failed" + lost + ": " + text);
   }
   return Status::Ok();
+}
+
+void GlooCommunicator::FinishRun(bool wait_for_peers) {
+  try {
+    store_->set(run_id_ + "/finished/" + std::to_string(rank_), {'1'});
+    if (!wait_for_peers) return;
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_; ++r) keys.push_back(run_id_ + "/finished/" + std::to_string(r));
+    PeerAwareStore aware(*store_, peers_, timeout_);  // ends early, throwing, when a peer is lost
+    aware.wait(keys, timeout_);
+  } catch (const std::exception&) {
+    // A peer that never finished (lost, or still failing) cannot read anything more of this rank.
+  }
 }
 
 }  // namespace ddpcheck::sim

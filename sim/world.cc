@@ -89,9 +89,13 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
       });
     }
   } else if (opts.comm == "gloo") {
+    // A rank that ran to its end keeps its communicator open until every rank's thread is done: gloo resets a
+    // pair's connection when it closes, which would discard what a slower rank has not yet read of the last
+    // collective. A rank that failed closes at once, as before, so the others learn of it without a timeout.
+    std::vector<std::unique_ptr<GlooCommunicator>> comms(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
-        std::unique_ptr<GlooCommunicator> comm;
+        std::unique_ptr<GlooCommunicator>& comm = comms[static_cast<size_t>(r)];
         core::Status st = GlooCommunicator::Create(store, opts.run_id, r, world, opts.timeout, &comm);
         if (!st.ok()) {
           if (trace) trace->AddEvent({0, r, core::Checkpoint::kInit, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
@@ -102,12 +106,17 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace,
                                                     r == 0 ? opts.progress : nullptr);
+        if (!results[static_cast<size_t>(r)].ok()) comm.reset();
       });
     }
+    for (auto& t : threads) t.join();
+    comms.clear();
   } else {
     return core::Status::Invalid("unknown communicator '" + opts.comm + "': expected gloo or local");
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads) {
+    if (t.joinable()) t.join();
+  }
   for (const auto& st : results) {
     if (st.ok()) continue;
     if (!IsFinding(st)) return st;
@@ -136,6 +145,7 @@ core::Status RunSimRank(const core::Scenario& s, const SimOptions& options, int 
       if (die) die(done, total);
       if (progress) progress(done, total);
     });
+    comm->FinishRun(/*wait_for_peers=*/st.ok());
   } else if (trace) {
     trace->AddEvent(
         {0, rank, core::Checkpoint::kInit, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
