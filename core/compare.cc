@@ -287,8 +287,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
 
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,
                             int64_t policy_step) {
-  return CompareTraces(got, want, policy, bounds, policy_step,
-                       StepRange{std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -2});
+  return CompareTraces(got, want, policy, bounds, policy_step, StepRange{});
 }
 
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,

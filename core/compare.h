@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -96,8 +97,8 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
 // computed); max_rank: the highest rank in `got` (a rank with no record in the range stopped early), -2 to
 // compute it.
 struct StepRange {
-  int64_t first_step = 0;
-  int64_t last_step = 0;
+  int64_t first_step = std::numeric_limits<int64_t>::min();
+  int64_t last_step = std::numeric_limits<int64_t>::max();
   int max_rank = -2;
 };
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy, const Trace& bounds,

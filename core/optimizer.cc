@@ -30,8 +30,7 @@ template <typename T, bool kMaximize, bool kDecay, bool kMomentum, bool kFirst, 
 void SgdLoop(const OptimizerSpec& s, double lr, T* __restrict p, const T* __restrict g, int64_t n,
              T* __restrict buf) {
   const T momentum = static_cast<T>(s.momentum);
-  const T wd = static_cast<T>(s.weight_decay), keep = static_cast<T>(1 - s.dampening);
-  const T mom_alpha = static_cast<T>(s.momentum), neg_lr = static_cast<T>(-lr);
+  const T wd = static_cast<T>(s.weight_decay), keep = static_cast<T>(1 - s.dampening), neg_lr = static_cast<T>(-lr);
   for (int64_t i = 0; i < n; ++i) {
     T d = kMaximize ? -g[i] : g[i];
     if constexpr (kDecay) d = std::fma(wd, p[i], d);
@@ -42,7 +41,7 @@ void SgdLoop(const OptimizerSpec& s, double lr, T* __restrict p, const T* __rest
         T scaled = buf[i] * momentum;  // buf.mul_(momentum)
         buf[i] = std::fma(keep, d, scaled);
       }
-      d = kNesterov ? std::fma(mom_alpha, buf[i], d) : buf[i];
+      d = kNesterov ? std::fma(momentum, buf[i], d) : buf[i];
     }
     p[i] = std::fma(neg_lr, d, p[i]);
   }
@@ -50,18 +49,14 @@ void SgdLoop(const OptimizerSpec& s, double lr, T* __restrict p, const T* __rest
 
 // Turns the runtime flags into SgdLoop's template arguments, one at a time.
 template <typename T, bool... kFlags>
-void SgdDispatch(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, T* buf, const bool* flags,
-                 int left) {
+void SgdDispatch(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, T* buf, const bool* flags) {
   if constexpr (sizeof...(kFlags) == 5) {
     (void)flags;
-    (void)left;
     SgdLoop<T, kFlags...>(s, lr, p, g, n, buf);
+  } else if (flags[0]) {
+    SgdDispatch<T, kFlags..., true>(s, lr, p, g, n, buf, flags + 1);
   } else {
-    if (flags[0]) {
-      SgdDispatch<T, kFlags..., true>(s, lr, p, g, n, buf, flags + 1, left - 1);
-    } else {
-      SgdDispatch<T, kFlags..., false>(s, lr, p, g, n, buf, flags + 1, left - 1);
-    }
+    SgdDispatch<T, kFlags..., false>(s, lr, p, g, n, buf, flags + 1);
   }
 }
 
@@ -70,7 +65,7 @@ void SgdStep(const OptimizerSpec& s, double lr, T* p, const T* g, int64_t n, Par
   const bool first = st->momentum_buffer.empty();
   if (s.momentum != 0 && first) st->momentum_buffer.resize(static_cast<size_t>(n));
   const bool flags[5] = {s.maximize, s.weight_decay != 0, s.momentum != 0, first, s.nesterov};
-  SgdDispatch<T>(s, lr, p, g, n, st->momentum_buffer.data(), flags, 5);
+  SgdDispatch<T>(s, lr, p, g, n, st->momentum_buffer.data(), flags);
 }
 
 // Adam (decoupled = false: L2 added to the gradient) and AdamW (decoupled = true: p *= 1 - lr * wd first).

@@ -88,11 +88,9 @@ BnStats MergedStats(const std::vector<M>& hs, const std::vector<M>& es, double e
   const int64_t ch = hs.front().cols();
   const auto W = static_cast<double>(hs.size());
   BnStats st;
-  st.mean = RV::Zero(ch);
-  st.emean = RV::Zero(ch);
-  st.var = RV::Zero(ch);
-  st.evar = RV::Zero(ch);
-  RV var_n = RV::Zero(ch), evar_n = RV::Zero(ch), mag = RV::Zero(ch), mean_max = RV::Zero(ch), eavg = RV::Zero(ch);
+  st.mean = RV::Zero(ch);   // the merge's running average
+  st.emean = RV::Zero(ch);  // and its bound
+  RV var_n = RV::Zero(ch), evar_n = RV::Zero(ch), mag = RV::Zero(ch), mean_max = RV::Zero(ch);
   double n = 0;
   for (size_t j = 0; j < hs.size(); ++j) {
     const auto nj = static_cast<double>(hs[j].rows());
@@ -107,19 +105,18 @@ BnStats MergedStats(const std::vector<M>& hs, const std::vector<M>& es, double e
       const double r = std::isfinite(einv) ? einv / invstd + u : kInf;
       const double ev = (s * (2 * r + r * r + u) + u * std::abs(l.var(k))) * nj + u * nj * std::abs(l.var(k));
       const double d = st.mean(k) - l.mean(k);
-      const double ed = eavg(k) + l.emean(k) + u * std::abs(d);
+      const double ed = st.emean(k) + l.emean(k) + u * std::abs(d);
       const double wgt = n * nj * f;
       evar_n(k) += ev + (2 * std::abs(d) * ed + ed * ed) * wgt;
       var_n(k) += nj * l.var(k) + d * d * wgt;
       mag(k) += nj * std::abs(l.var(k)) + nj * s + d * d * wgt;
-      eavg(k) = n * f * eavg(k) + nj * f * l.emean(k);
+      st.emean(k) = n * f * st.emean(k) + nj * f * l.emean(k);
       st.mean(k) = n * f * st.mean(k) + nj * f * l.mean(k);
       mean_max(k) = std::max(mean_max(k), std::abs(l.mean(k)));
-      eavg(k) += Gamma(5, u) * mean_max(k);
+      st.emean(k) += Gamma(5, u) * mean_max(k);
     }
     n += nj;
   }
-  st.emean = eavg;
   evar_n += Gamma(2 * W + 6, u) * mag;
   st.var = var_n / n;
   st.evar = evar_n / n + u * st.var.cwiseAbs();
@@ -290,6 +287,17 @@ struct Member {
   const core::Tensor* y;
 };
 
+// BatchNormForward of a BatchNorm1d layer (or a SyncBatchNorm1d that does not synchronise) of model m whose
+// parameters start at pb and buffers at bb.
+template <class BN>
+void BatchNormLayerForward(const BN& bn, const Model<double>& m, int pb, int bb, double u, LayerCache* c,
+                           MicroBatchBounds* r) {
+  const BatchNormOptions& o = bn.options();
+  BatchNormForward(o, bn.UsesBatchStats(), o.affine ? m.param_data(pb) : nullptr,
+                   o.affine ? m.param_data(pb + 1) : nullptr, o.track_running_stats ? m.buffer_data(bb) : nullptr,
+                   o.track_running_stats ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
+}
+
 // Forward of layer i of one member (any layer but a synchronising SyncBatchNorm). False: no rules.
 bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, LayerCache* c, MicroBatchBounds* r) {
   const M& h = c->in;
@@ -321,17 +329,9 @@ bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, Layer
       c->eout = e.cwiseProduct(dr->mask().cwiseAbs()) + 2 * u * Abs(c->out);
     }
   } else if (const auto* bn = std::get_if<BatchNorm1d<double>>(&layer)) {
-    const bool affine = bn->options().affine;
-    const bool tracked = bn->options().track_running_stats;
-    BatchNormForward(bn->options(), bn->UsesBatchStats(), affine ? m.param_data(pb) : nullptr,
-                     affine ? m.param_data(pb + 1) : nullptr, tracked ? m.buffer_data(bb) : nullptr,
-                     tracked ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
+    BatchNormLayerForward(*bn, m, pb, bb, u, c, r);
   } else if (const auto* sbn = std::get_if<SyncBatchNorm1d<double>>(&layer)) {  // not synchronising: BatchNorm1d
-    const bool affine = sbn->options().affine;
-    const bool tracked = sbn->options().track_running_stats;
-    BatchNormForward(sbn->options(), sbn->UsesBatchStats(), affine ? m.param_data(pb) : nullptr,
-                     affine ? m.param_data(pb + 1) : nullptr, tracked ? m.buffer_data(bb) : nullptr,
-                     tracked ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
+    BatchNormLayerForward(*sbn, m, pb, bb, u, c, r);
   } else {
     return false;
   }

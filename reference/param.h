@@ -72,9 +72,7 @@ struct Param {
       dst.noalias() += g;
       grad_zeroed = false;
     } else if (grad_defined) {
-      thread_local AlignedVector<T> scratch;
-      if (scratch.size() < grad.size()) scratch.resize(grad.size());
-      Eigen::Map<Matrix<T>, Eigen::Aligned16> tmp(scratch.data(), g.rows(), g.cols());
+      Eigen::Map<Matrix<T>, Eigen::Aligned16> tmp(Scratch(), g.rows(), g.cols());
       tmp.noalias() = g;
       dst += tmp;
     } else {
@@ -93,14 +91,21 @@ struct Param {
       // Undefined: the product itself; zeroed: 0 + the product, which the BLAS adds into C (beta = 1).
       if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_defined ? T(1) : T(0), grad.data())) return false;
     } else {
-      thread_local AlignedVector<T> scratch;
-      if (scratch.size() < grad.size()) scratch.resize(grad.size());
-      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, T(0), scratch.data())) return false;
-      Eigen::Map<Matrix<T>>(grad.data(), m, n) += Eigen::Map<const Matrix<T>>(scratch.data(), m, n);
+      T* scratch = Scratch();
+      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, T(0), scratch)) return false;
+      Eigen::Map<Matrix<T>>(grad.data(), m, n) += Eigen::Map<const Matrix<T>>(scratch, m, n);
     }
     grad_defined = true;
     grad_zeroed = false;
     return true;
+  }
+
+ private:
+  // Room for one grad of this size, kept by the calling thread (a rank's) across backwards.
+  T* Scratch() const {
+    thread_local AlignedVector<T> scratch;
+    if (scratch.size() < grad.size()) scratch.resize(grad.size());
+    return scratch.data();
   }
 };
 

@@ -55,7 +55,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
                                    std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<PeerWatch> peers,
                                    std::shared_ptr<gloo::transport::Device> device,
                                    std::shared_ptr<gloo::Context> context, int rank, int world,
-                                   std::chrono::milliseconds timeout)
+                                   std::chrono::milliseconds timeout, std::string run_id)
     : store_(std::move(store)),
       recorder_(std::move(recorder)),
       peers_(std::move(peers)),
@@ -63,7 +63,8 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
       context_(std::move(context)),
       rank_(rank),
       world_(world),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      run_id_(std::move(run_id)) {}
 
 GlooCommunicator::~GlooCommunicator() {
   // Receives for the next direct exchange stay posted between collectives, and the device's event-loop thread

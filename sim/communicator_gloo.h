@@ -94,7 +94,8 @@ class GlooCommunicator final : public core::Communicator {
  private:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> store, std::shared_ptr<FlightRecorder> recorder,
                    std::shared_ptr<PeerWatch> peers, std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout);
+                   std::shared_ptr<gloo::Context> context, int rank, int world, std::chrono::milliseconds timeout,
+                   std::string run_id);
   // A direct all-reduce's buffer: sent with the fingerprint; `finish` gets every rank's copy, indexed by rank.
   struct DirectPayload {
     const void* data;

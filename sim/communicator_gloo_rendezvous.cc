@@ -148,8 +148,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
       }
     }
     if (mesh->error) std::rethrow_exception(mesh->error);
-    out->reset(new GlooCommunicator(store, recorder, peers, mesh->device, mesh->context, rank, world, timeout));
-    (*out)->run_id_ = run_id;
+    out->reset(new GlooCommunicator(store, recorder, peers, mesh->device, mesh->context, rank, world, timeout, run_id));
   } catch (const StoreFailure& e) {
     return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {

@@ -76,6 +76,10 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
   threads.reserve(static_cast<size_t>(world));
   // Shared by the rank threads: must outlive them (declared before, joined below).
   std::shared_ptr<LocalWorld> local;
+  // A gloo rank that ran to its end keeps its communicator open until every rank's thread is done: gloo resets
+  // a pair's connection when it closes, which would discard what a slower rank has not yet read of the last
+  // collective. A rank that failed closes at once, as before, so the others learn of it without a timeout.
+  std::vector<std::unique_ptr<GlooCommunicator>> comms(static_cast<size_t>(world));
   auto store = std::make_shared<MemoryStore>();
   if (opts.comm == "local") {
     local = LocalWorld::Create(world);
@@ -89,10 +93,6 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
       });
     }
   } else if (opts.comm == "gloo") {
-    // A rank that ran to its end keeps its communicator open until every rank's thread is done: gloo resets a
-    // pair's connection when it closes, which would discard what a slower rank has not yet read of the last
-    // collective. A rank that failed closes at once, as before, so the others learn of it without a timeout.
-    std::vector<std::unique_ptr<GlooCommunicator>> comms(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         std::unique_ptr<GlooCommunicator>& comm = comms[static_cast<size_t>(r)];
@@ -109,14 +109,11 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         if (!results[static_cast<size_t>(r)].ok()) comm.reset();
       });
     }
-    for (auto& t : threads) t.join();
-    comms.clear();
   } else {
     return core::Status::Invalid("unknown communicator '" + opts.comm + "': expected gloo or local");
   }
-  for (auto& t : threads) {
-    if (t.joinable()) t.join();
-  }
+  for (auto& t : threads) t.join();
+  comms.clear();
   for (const auto& st : results) {
     if (st.ok()) continue;
     if (!IsFinding(st)) return st;

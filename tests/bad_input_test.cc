@@ -25,20 +25,6 @@ namespace {
 using nlohmann::json;
 using testing::TempDir;
 
-// Built with a sanitizer that reserves terabytes of shadow address space (ASan, TSan; the binary under test is
-// built with the same flags): an address-space limit would stop it at start-up, not at an allocation.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kAsan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
 struct Outcome {
   int code = -1;
   std::string err;
@@ -53,7 +39,7 @@ Outcome RunLimited(const std::string& args, const TempDir& dir, const std::strin
       "exec env " + env + " '" + DDPCHECK_BINARY + "' " + args + " >/dev/null 2>'" + err + "' </dev/null";
   pid_t pid = fork();
   if (pid == 0) {
-    if (kAsan) {
+    if (testing::kSanitizerBuild) {  // an address-space limit would stop it at start-up, not at an allocation
       setenv("ASAN_OPTIONS", "max_allocation_size_mb=1024:allocator_may_return_null=0:exitcode=86", 1);
       setenv("TSAN_OPTIONS", "max_allocation_size_mb=1024:allocator_may_return_null=0", 1);
     } else {

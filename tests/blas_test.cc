@@ -64,6 +64,8 @@ TEST(Blas, AGradAccumulatesAsAutogradAdds) {
   const Matrix<float> dy = Random<float>(batch, out, 5), x = Random<float>(batch, in, 6);
   Matrix<float> product(out, in);
   ASSERT_TRUE(BlasGemm(true, false, out, in, batch, dy.data(), out, x.data(), in, 0.0f, product.data()));
+  const Matrix<float> eigen = dy.transpose() * x;  // the product itself, independently
+  ASSERT_LE((product - eigen).cwiseAbs().maxCoeff(), 1e-5f * eigen.cwiseAbs().maxCoeff());
 
   Param<float> p({out, in});
   ASSERT_TRUE(p.AccumulateGemm(true, false, out, in, batch, dy.data(), out, x.data(), in));  // undefined: the product

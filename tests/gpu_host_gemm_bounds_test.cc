@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "core/compare.h"
+#include "reference/error_bounds.h"
 
 namespace ddpcheck {
 namespace {
@@ -32,8 +33,6 @@ float RoundMantissa(float x, int bits, bool nearest) {
   return y;
 }
 
-double Gamma(double n, double u) { return n * u / (1 - n * u); }
-
 struct Mode {
   const char* name;
   int bits;                // explicit mantissa bits of the GEMM's inputs
@@ -50,7 +49,6 @@ void CheckMode(const Mode& mode, bool nearest, bool positive) {
     for (float& v : a) v = positive ? std::abs(normal(rng)) + 0.01f : normal(rng);
     for (float& v : b) v = positive ? std::abs(normal(rng)) + 0.01f : normal(rng);
     double max_c = 0, max_err = 0, max_ratio = 0;
-    std::vector<double> errs;
     for (int i = 0; i < rows; ++i) {
       for (int j = 0; j < cols; ++j) {
         float acc = 0.0f;
@@ -62,7 +60,7 @@ void CheckMode(const Mode& mode, bool nearest, bool positive) {
           mag += std::abs(static_cast<double>(x) * y);
         }
         const double err = std::abs(static_cast<double>(acc) - exact);
-        const double bound = ((1 + e) * (1 + e) - 1 + Gamma(n, std::ldexp(1.0, -24)) * (1 + e) * (1 + e)) * mag;
+        const double bound = ((1 + e) * (1 + e) - 1 + ref::Gamma(n, std::ldexp(1.0, -24)) * (1 + e) * (1 + e)) * mag;
         ASSERT_LE(err, bound) << mode.name << " n=" << n << " element (" << i << ", " << j << ")";
         max_c = std::max(max_c, std::abs(exact));
         max_err = std::max(max_err, err);

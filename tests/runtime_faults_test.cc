@@ -44,18 +44,7 @@ using Clock = std::chrono::steady_clock;
 constexpr int kTimeoutMs = 2000;
 // The bound: timeout + 5 s. A sanitizer build (the tsan/asan presets) runs every rank several times
 // slower, so there the slack is 15 s: the bound is the product's, the sanitizer checks the threads and memory.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kSlackMs = 15000;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr int kSlackMs = 15000;
-#else
-constexpr int kSlackMs = 5000;
-#endif
-#else
-constexpr int kSlackMs = 5000;
-#endif
-constexpr std::chrono::milliseconds kLimit(kTimeoutMs + kSlackMs);
+constexpr std::chrono::milliseconds kLimit(kTimeoutMs + (testing::kSanitizerBuild ? 15000 : 5000));
 
 std::string UniqueRunId(const std::string& what) {
   static int n = 0;

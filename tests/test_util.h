@@ -8,6 +8,20 @@
 
 namespace ddpcheck::testing {
 
+// This build (and the binary under test, built with the same flags) runs under ASan or TSan: terabytes of
+// shadow address space reserved at start-up, and every thread several times slower.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
 // Where the tests find the project: the golden fixtures (tests/golden), the source tree, the ddpcheck binary.
 const char* GoldenDir();
 const char* SourceDir();

@@ -190,9 +190,7 @@ class _Writer:
                 self._raise()
             if not batch:
                 return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ddpcheck-writer", daemon=True)
-                self._thread.start()
+            self._start()
             self._queue.append((batch, step, done, size))
             self._pending += size
             self._cv.notify_all()
@@ -202,9 +200,8 @@ class _Writer:
         with self._cv:
             if batch:
                 self._queue.append((batch, step, None, 0))
-            if self._queue and self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="ddpcheck-writer", daemon=True)
-                self._thread.start()
+            if self._queue:
+                self._start()
             self._closing = True
             self._cv.notify_all()
             thread = self._thread
@@ -212,6 +209,12 @@ class _Writer:
             thread.join()
         with self._cv:
             self._thread, self._closing = None, False
+
+    def _start(self):
+        """Starts the writer thread unless it runs (self._cv held)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ddpcheck-writer", daemon=True)
+            self._thread.start()
 
     def _raise(self):
         if self.failure is not None and not self.raised:
