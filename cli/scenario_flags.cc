@@ -11,7 +11,9 @@ void ScenarioFlags::Add(CLI::App* app) {
   app->add_option("--steps", steps, "Stop after this many optimizer steps");
   app->add_option("--batch-size", batch_size, "Batch size per rank");
   app->add_option("--precision", precision, "fp64 | fp32");
-  app->add_option("--amp", amp, "Mixed precision: fp16 | bf16 | off");
+  app->add_option("--amp", amp,
+                  "Mixed precision: fp16 | bf16 (autocast and a GradScaler) | fp16-autocast | bf16-autocast "
+                  "(autocast alone, no loss scaling) | off");
   app->add_option("--fault", faults, "Inject a fault NAME[@RANK][:STEP] (repeatable; the 22 names: docs/scenario.md#faults)");
   app->add_flag("--no-faults", no_faults, "Drop the scenario's faults");
 }
@@ -61,14 +63,16 @@ core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
   if (amp) {
     if (*amp == "off") {
       s.amp.enabled = false;
-    } else if (*amp == "fp16" || *amp == "bf16") {
+    } else if (*amp == "fp16" || *amp == "bf16" || *amp == "fp16-autocast" || *amp == "bf16-autocast") {
       s.amp.enabled = true;
-      s.amp.dtype = *amp;
+      s.amp.dtype = amp->substr(0, 4);
+      s.amp.grad_scaler = amp->size() == 4;
       // AMP keeps fp32 master weights: --amp switches the precision to fp32 unless --precision says otherwise
       // (then validation names the conflict).
       if (!precision) s.precision = core::DType::kFloat32;
     } else {
-      return core::Status::Invalid("--amp: expected fp16, bf16 or off, got '" + *amp + "'");
+      return core::Status::Invalid("--amp: expected fp16, bf16, fp16-autocast, bf16-autocast or off, got '" + *amp +
+                                   "'");
     }
   }
   if (no_faults) s.faults.clear();

@@ -19,6 +19,9 @@
 
 namespace ddpcheck::core {
 
+// Whether the step runs a GradScaler (scale, unscale_, inf check, update): AMP with its scaler.
+inline bool UsesGradScaler(const AmpSpec& amp) { return amp.enabled && amp.grad_scaler; }
+
 // The autocast dtype of an AmpSpec: kFloat16 for "fp16", kBFloat16 for "bf16".
 DType AmpDType(const AmpSpec& amp);
 

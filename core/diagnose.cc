@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/amp.h"
 #include "core/diagnose_syncbn.h"
 
 namespace ddpcheck::core {
@@ -175,7 +176,7 @@ std::optional<Diagnosis> FromReduced(const Scenario& s, const Trace& got, const 
   const int w = s.world;
   // scaler-state: with AMP, one rank's gradients are a power-of-two multiple of the reference's: its loss was
   // scaled by another factor.
-  if (s.amp.enabled && m.ratio != 0.0 && m.key.rank > 0) {
+  if (UsesGradScaler(s.amp) && m.ratio != 0.0 && m.key.rank > 0) {
     int e = 0;
     const double frac = std::frexp(m.ratio, &e);
     if (frac == 0.5 && e != 1) {

@@ -299,24 +299,30 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
   // sampler): no scenario; core/dump_protocol.h checks it.
   const auto& replay = out->ranks[0].index.value("replay", nlohmann::json::object());
-  // A forward under torch.autocast without a GradScaler record computes in bfloat16/float16 where the replay
-  // would compute in the parameters' dtype: replaying it would flag every clean run. The protocol check
-  // judges it (its single-process gradient check knows autocast).
-  bool autocast = false, scaler = false;
+  // A forward under torch.autocast without a GradScaler (CPU autocast: bfloat16) is replayed with autocast's
+  // roundings (scenario amp, grad_scaler false) when every step ran under it and the parameters are float32;
+  // a run that mixes autocast and plain steps, or autocasts float64 parameters, is judged by the protocol
+  // check alone (its single-process gradient check knows autocast).
+  bool autocast = false, every_step_autocast = true, scaler = false;
   for (const auto& r : out->ranks) {
     for (const auto& st : r.index.at("steps")) {
-      autocast = autocast || (st.contains("autocast") && st.at("autocast").is_boolean() && st.at("autocast").get<bool>());
+      const bool a = st.contains("autocast") && st.at("autocast").is_boolean() && st.at("autocast").get<bool>();
+      autocast = autocast || a;
+      every_step_autocast = every_step_autocast && a;
       scaler = scaler || st.contains("scaler");
     }
   }
   const bool autocast_only = autocast && !scaler;
-  if (autocast_only || (replay.is_object() && !replay.value("possible", true))) {
+  const bool replay_autocast = autocast_only && every_step_autocast &&
+                               out->ranks[0].index.value("dtype", std::string("float32")) == "float32";
+  if ((autocast_only && !replay_autocast) || (replay.is_object() && !replay.value("possible", true))) {
     for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
       out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
     }
-    if (autocast_only) {
+    if (autocast_only && !replay_autocast) {
       out->replay_unsupported += std::string(out->replay_unsupported.empty() ? "" : "; ") +
-                                 "the forward ran under torch.autocast (the replay computes in the parameters' dtype)";
+                                 (every_step_autocast ? "the forward of float64 parameters ran under torch.autocast"
+                                                      : "some steps' forwards ran under torch.autocast, others not");
     }
     if (out->replay_unsupported.empty()) out->replay_unsupported = "the recorder marked the run protocol-only";
     out->scenario.name = "torch dump " + dir;
@@ -337,6 +343,16 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   try {
     Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
     if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");
+    if (replay_autocast) {
+      // torch 1.13's CPU autocast runs in bfloat16 only; a recorder that says otherwise names the dtype.
+      const std::string low = out->ranks[0].index.value("autocast_dtype", std::string("bfloat16"));
+      if (low != "bfloat16" && low != "float16") {
+        return Status::Invalid(dir + "/rank0/index.json: /autocast_dtype: expected bfloat16 or float16, got '" + low + "'");
+      }
+      out->scenario.amp.enabled = true;
+      out->scenario.amp.grad_scaler = false;
+      out->scenario.amp.dtype = low == "bfloat16" ? "bf16" : "fp16";
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::Invalid(dir + "/rank0/index.json: malformed index: " + e.what());
   }

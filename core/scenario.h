@@ -126,6 +126,9 @@ struct AmpSpec {
   double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   double clip_grad_norm = 0.0;  // 0: no clipping
+  // false: torch.autocast without a GradScaler (bfloat16 training, CPU autocast): the loss is not scaled,
+  // nothing is unscaled or checked for inf, every step runs the optimizer.
+  bool grad_scaler = true;
 };
 
 // A fault: BUGS.md name, optional rank (-1: all/default) and step (-1: from the start).

@@ -133,8 +133,9 @@ Status ParseAmp(const json& v, AmpSpec* out) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(JsonObject::Open(
       v, "/amp",
-      {"enabled", "dtype", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "clip_grad_norm"}, &o));
+      {"enabled", "dtype", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "clip_grad_norm", "grad_scaler"}, &o));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("enabled", &out->enabled));
+  DDPCHECK_RETURN_IF_ERROR(o.Bool("grad_scaler", &out->grad_scaler));
   if (o.Has("dtype")) {
     std::string d;
     DDPCHECK_RETURN_IF_ERROR(ReadString(v["dtype"], "/amp/dtype", &d));

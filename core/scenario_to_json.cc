@@ -134,7 +134,8 @@ json ScenarioToJson(const Scenario& s) {
               {"growth_factor", s.amp.growth_factor},
               {"backoff_factor", s.amp.backoff_factor},
               {"growth_interval", s.amp.growth_interval},
-              {"clip_grad_norm", s.amp.clip_grad_norm}};
+              {"clip_grad_norm", s.amp.clip_grad_norm},
+              {"grad_scaler", s.amp.grad_scaler}};
   j["faults"] = json::array();
   for (const auto& f : s.faults) j["faults"].push_back(FaultSpecString(f));
   j["epochs"] = s.epochs;

@@ -102,6 +102,10 @@ Status CheckAmp(const Scenario& s) {
     return ValueError("/amp/growth_interval", fmt::format("must be in [1, {}]", kMaxSteps), a.growth_interval);
   }
   if (!(a.clip_grad_norm >= 0)) return ValueError("/amp/clip_grad_norm", "must be >= 0 (0: no clipping)", a.clip_grad_norm);
+  if (!a.grad_scaler && a.clip_grad_norm > 0) {
+    return Status::Invalid("/amp/clip_grad_norm: clipping is modelled with the GradScaler's unscale_; set "
+                           "\"grad_scaler\": true or \"clip_grad_norm\": 0");
+  }
   if (a.enabled && s.precision != DType::kFloat32) {
     return Status::Invalid("/amp/enabled: AMP keeps fp32 master weights and needs \"precision\": \"fp32\", got " +
                            DTypeName(s.precision));

@@ -57,7 +57,8 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
   DDPCHECK_RETURN_IF_ERROR(PlanRank(s, rank, faults.plan, &plan));
   LrSchedule schedule(s.optimizer.lr, s.schedulers);
   GradScaler scaler;
-  if (s.amp.enabled) DDPCHECK_RETURN_IF_ERROR(MakeGradScaler(s.amp, faults.ScalerInitFactor(), &scaler));
+  const bool scaled = UsesGradScaler(s.amp);
+  if (scaled) DDPCHECK_RETURN_IF_ERROR(MakeGradScaler(s.amp, faults.ScalerInitFactor(), &scaler));
   const AmpGradOps amp_ops{[&](float inv) { return replica->UnscaleGrads(inv); }, [&] { return replica->GradNorm(); },
                            [&](double f) { replica->ScaleGrads(f); }};
   for (const StepPlan& p : plan) {
@@ -76,12 +77,12 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
       rec->Record(Checkpoint::kLoss, "loss" + suffix, Tensor::Scalar(loss, s.precision));
       RecordGathered(&sync_bn, suffix, rec);
       // scaler.scale(loss).backward(): the loss's gradient starts at the scale (times the loss fault's factor).
-      const double loss_scale = s.amp.enabled ? static_cast<double>(scaler.scale()) : 1.0;
+      const double loss_scale = scaled ? static_cast<double>(scaler.scale()) : 1.0;
       DDPCHECK_RETURN_IF_ERROR(ddp.Backward(loss_scale * faults.LossFactorAt(p.step)));
     }
     rec->RecordGrads(Checkpoint::kReduced);
     bool found_inf = false;
-    if (s.amp.enabled) {
+    if (scaled) {
       // After DDP's all-reduce every rank holds the same grads, so found_inf and the scale agree everywhere.
       const AmpStepOptions o{s.amp.clip_grad_norm, faults.ClipBeforeUnscaleAt(p.step), s.precision};
       DDPCHECK_RETURN_IF_ERROR(AmpUnscaleAndClip(o, amp_ops, &scaler, &found_inf));
@@ -90,7 +91,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
     const double lr = schedule.lr() * faults.LrFactorAt(p.step);
     rec->Record(Checkpoint::kLr, "lr", Tensor::Scalar(lr));
     if (!found_inf && !faults.SkipStepAt(p.step)) DDPCHECK_RETURN_IF_ERROR(replica->OptimizerStep(lr));
-    if (s.amp.enabled) {
+    if (scaled) {
       DDPCHECK_RETURN_IF_ERROR(scaler.UpdateAfterStep());
       for (auto& [name, t] : ScalerRecord(scaler, found_inf, found_inf)) rec->Record(Checkpoint::kScaler, name, t);
     }

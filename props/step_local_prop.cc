@@ -1,6 +1,7 @@
 // Step-local replay with element-wise bounds (reference/step_local.h) raises no alarm on clean runs: random
 // models (Linear, BatchNorm1d or SyncBatchNorm1d after a biased Linear, ReLU/Tanh, MSE or cross-entropy), W, batch sizes, no_sync windows and optimizers
-// (SGD with momentum/nesterov/weight decay, Adam, AdamW) in float32 and float64, with the sim world's trace
+// (SGD with momentum/nesterov/weight decay, Adam, AdamW) in float32 (with or without bfloat16/float16
+// autocast) and float64, with the sim world's trace
 // (ranks over the local communicator, the DDP protocol's own reduction order) as the run under test.
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -64,6 +65,13 @@ core::Scenario RandomScenario() {
   }
   s.epochs = 2;
   s.precision = *rc::gen::element(core::DType::kFloat64, core::DType::kFloat32);
+  // Autocast without a GradScaler (bfloat16 / float16) on float32 master weights, SyncBatchNorm aside.
+  const bool syncbn = s.model.size() == 4 && s.model[1].type == "syncbatchnorm1d";
+  if (s.precision == core::DType::kFloat32 && !syncbn && *rc::gen::arbitrary<bool>()) {
+    s.amp.enabled = true;
+    s.amp.grad_scaler = false;
+    s.amp.dtype = *rc::gen::element<std::string>("bf16", "fp16");
+  }
   return s;
 }
 
@@ -92,6 +100,7 @@ RC_GTEST_PROP(StepLocal, CleanSimRunsPassTheElementWiseBounds, ()) {
   RC_CLASSIFY(s.model.size() == 4 && s.model[1].type == "syncbatchnorm1d", "syncbatchnorm");
   RC_CLASSIFY(s.loss == "cross_entropy", "cross-entropy");
   RC_CLASSIFY(s.precision == core::DType::kFloat32, "float32");
+  RC_CLASSIFY(s.amp.enabled, "autocast");
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ class Tanh : public NoState<T> {
   }
   // Autocast: the output (and what Backward uses) rounded to `low`, as tanh on a low tensor returns it.
   void RoundSavedOutput(core::DType low) {
-    if constexpr (std::is_same_v<T, float>) RoundInPlace(&y_, low);
+    RoundInPlace(&y_, low);
   }
 
  private:

@@ -19,16 +19,23 @@ inline float RoundToLow(float v, core::DType low) {
   return static_cast<float>(Eigen::bfloat16(v));
 }
 
-// Every element rounded to `low` (a copy).
+// A double rounded to float, then to `low` (the float64 step-local replay's autocast). Both roundings are
+// monotone, so a value the run computed in float within e of v rounds into [R(v - e), R(v + e)]
+// (reference/error_bounds.cc uses this); the double rounding can differ from a direct rounding of v only
+// where v lies within float's rounding of a boundary, which that interval then straddles.
+inline double RoundToLow(double v, core::DType low) { return RoundToLow(static_cast<float>(v), low); }
+
+// Every element rounded to `low` (a copy, in the matrix's scalar type).
 template <class Derived>
-Matrix<float> RoundToLow(const Eigen::MatrixBase<Derived>& m, core::DType low) {
-  Matrix<float> out = m;
+Matrix<typename Derived::Scalar> RoundToLow(const Eigen::MatrixBase<Derived>& m, core::DType low) {
+  Matrix<typename Derived::Scalar> out = m;
   for (Eigen::Index i = 0; i < out.size(); ++i) out.data()[i] = RoundToLow(out.data()[i], low);
   return out;
 }
 
 // Rounds in place.
-inline void RoundInPlace(Matrix<float>* m, core::DType low) {
+template <class T>
+void RoundInPlace(Matrix<T>* m, core::DType low) {
   for (Eigen::Index i = 0; i < m->size(); ++i) m->data()[i] = RoundToLow(m->data()[i], low);
 }
 

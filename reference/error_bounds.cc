@@ -26,9 +26,34 @@ struct LayerCache {
   M xhat, exhat;
   RV invstd, einv;
   bool batch_stats = false;
+  bool in_low = false;  // autocast: the input held low-precision values (a Linear's `in` is its cast input)
 };
 
 M Abs(const M& a) { return a.cwiseAbs(); }
+
+// Autocast (reference/model.h SetAutocast). A value autocast holds in `low` is a float the run computed,
+// within e of v, rounded once to low: as the rounding R (float, then low) is monotone, the run's result lies
+// in [R(v - e), R(v + e)], and so does the replay's own rounding y of a value within e of v. The bound on
+// their distance is y's distance to the farther end: 0 where the whole interval rounds to one value (almost
+// every element: the float error is far below low's spacing), one spacing of low where it straddles a
+// rounding boundary. *y: the replay's rounded values (nullptr: R(v)). Sets v to y and e to the bound.
+void RoundedToLow(core::DType low, const M* y, M* v, M* e) {
+  M out = y ? *y : RoundToLow(*v, low);
+  for (Eigen::Index k = 0; k < v->size(); ++k) {
+    const double vk = v->data()[k], ek = e->data()[k], yk = out.data()[k];
+    const double hi = RoundToLow(vk + ek, low), lo = RoundToLow(vk - ek, low);
+    e->data()[k] = std::isnan(hi) || std::isnan(lo) ? kInf : std::max(hi - yk, yk - lo);
+  }
+  *v = std::move(out);
+}
+
+// A gradient autocast rounds to `low` in backward (the cast's backward, a low-precision layer's output): the
+// run rounds its value (within e of v), the replay its own, each by at most u_low of its magnitude.
+void GradRoundedToLow(core::DType low, M* v, M* e) {
+  const double ul = core::UnitRoundoff(low);
+  RoundInPlace(v, low);
+  *e += 2 * ul * (Abs(*v) + *e);
+}
 
 // op(a) op(b) for row-major a, b: through the BLAS for large products (reference/blas.h), else Eigen. Bounds
 // and values here are float64 sums of non-negative terms or the replay's own values: any summation order will do.
@@ -277,6 +302,12 @@ double Gamma(double n, double u) {
   return nu >= 1 ? kInf : nu / (1 - nu);
 }
 
+void NanToInf(std::vector<double>* bound) {
+  for (double& b : *bound) {
+    if (std::isnan(b)) b = kInf;
+  }
+}
+
 namespace {
 
 // One rank's micro-batch in a group analysis: its model (parameters shared, buffers, masks and bypasses its
@@ -299,28 +330,47 @@ void BatchNormLayerForward(const BN& bn, const Model<double>& m, int pb, int bb,
 }
 
 // Forward of layer i of one member (any layer but a synchronising SyncBatchNorm). False: no rules.
+// A Linear's weight as its forward and backward use it: under autocast cast to the low type (exact: the
+// recorded float weight rounds the same way in the run).
+M LinearWeight(const Model<double>& m, const Linear<double>& lin, int pb) {
+  M W = Eigen::Map<const M>(m.param_data(pb), lin.out_features(), lin.in_features());
+  if (m.autocast()) RoundInPlace(&W, *m.autocast());
+  return W;
+}
+
 bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, LayerCache* c, MicroBatchBounds* r) {
-  const M& h = c->in;
-  const M& e = c->ein;
   const auto& layer = m.layer(i);
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
-    const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
+    // Under autocast x, W and b are cast to the low type (x rounded unless it already holds low values) and
+    // the product accumulates in float32: cuBLAS's compute type 32F, and torch's CPU kernels for the forward
+    // (mkldnn's and the fallback's, checked against torch 1.13); the output's rounding is the caller's.
+    if (m.autocast() && !c->in_low) RoundedToLow(*m.autocast(), nullptr, &c->in, &c->ein);
+    const M& h = c->in;
+    const M& e = c->ein;
+    const M W = LinearWeight(m, *lin, pb);
     const M absW = W.cwiseAbs();
     c->out = Mul(h, false, W, true);
     // e |W|^T + g |h| |W|^T as one product.
     c->eout = Mul(M(e + Gamma(static_cast<double>(lin->in_features() + 1), u) * Abs(h)), false, absW, true);
     if (lin->has_bias()) {
-      const auto b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
+      RV b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
+      if (m.autocast()) b = RoundToLow(b, *m.autocast());
       c->out.rowwise() += b;
       c->eout.rowwise() += Gamma(static_cast<double>(lin->in_features() + 1), u) * b.cwiseAbs();
     }
-  } else if (std::holds_alternative<ReLU<double>>(layer)) {
+    return true;
+  }
+  const M& h = c->in;
+  const M& e = c->ein;
+  if (std::holds_alternative<ReLU<double>>(layer)) {
     c->out = h.cwiseMax(0.0);
     c->eout = e;
   } else if (std::holds_alternative<Tanh<double>>(layer)) {
     c->out = h.array().tanh().matrix();
     c->eout = e + 2 * u * Abs(c->out);  // tanh is 1-Lipschitz; libm's tanh within 1 ulp, plus the rounding
   } else if (const auto* dr = std::get_if<Dropout<double>>(&layer)) {
+    // Under autocast torch scales by 1/(1-p) rounded to the low type, which the replay's mask does not.
+    if (c->in_low && dr->mask().size() != 0) return false;
     if (dr->mask().size() == 0) {
       c->out = h;
       c->eout = e;
@@ -389,18 +439,27 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
   const auto& layer = m.layer(i);
   M dx, edx;
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
-    const auto W = Eigen::Map<const M>(m.param_data(pb), lin->out_features(), lin->in_features());
+    const M W = LinearWeight(m, *lin, pb);
     const double B = static_cast<double>(d->rows());
+    // Under autocast dY, dX and dW are products of low-valued operands rounded to the low type. Their
+    // accumulation is bounded as if it ran in the low type itself (torch 1.13's CPU fallback accumulates dX
+    // and dW in bfloat16, each product rounded), g_low(n + 2) covering the sums, the products' and the
+    // replay's own rounding; the forward's float32 accumulation does not hold here.
+    const auto low = m.autocast();
+    const double ul = low ? core::UnitRoundoff(*low) : 0.0;
+    const double gB = low ? Gamma(B + 2, ul) : Gamma(B, u);
+    const double gOut = low ? Gamma(static_cast<double>(lin->out_features()) + 2, ul)
+                            : Gamma(static_cast<double>(lin->out_features()), u);
     // e(dy)^T |x| + |dy|^T e(x) + e(dy)^T e(x) + g(B) |dy|^T |x| as two products.
-    const M edW = Mul(M(*ed + Gamma(B, u) * Abs(*d)), true, Abs(c.in), false) +
-                  Mul(M(Abs(*d) + *ed), true, c.ein, false);
+    const M edW = Mul(M(*ed + gB * Abs(*d)), true, Abs(c.in), false) + Mul(M(Abs(*d) + *ed), true, c.ein, false);
     r->grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
     if (lin->has_bias()) {
-      const RV edb = ed->colwise().sum() + Gamma(B, u) * Abs(*d).colwise().sum();
+      const RV edb = ed->colwise().sum() + gB * Abs(*d).colwise().sum();
       r->grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
     }
     dx = Mul(*d, false, W, false);
-    edx = Mul(M(*ed + Gamma(static_cast<double>(lin->out_features()), u) * Abs(*d)), false, M(W.cwiseAbs()), false);
+    edx = Mul(M(*ed + gOut * Abs(*d)), false, M(W.cwiseAbs()), false);
+    if (low) RoundInPlace(&dx, *low);
   } else if (std::holds_alternative<ReLU<double>>(layer)) {
     // Where the input's sign is uncertain (|x| <= e(x)) the run may have passed or blocked dy.
     const auto pass = (c.in.array() > 0).cast<double>();
@@ -431,6 +490,10 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
       r->grad[static_cast<size_t>(pb + 1)] = std::move(eb);
     }
   }
+  // Autocast: the gradient of a low-valued input is rounded to the low type (ReLU's is already low-valued).
+  if (c.in_low && !std::holds_alternative<Linear<double>>(layer) && !std::holds_alternative<ReLU<double>>(layer)) {
+    GradRoundedToLow(*m.autocast(), &dx, &edx);
+  }
   *d = std::move(dx);
   *ed = std::move(edx);
 }
@@ -438,9 +501,6 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
 bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std::vector<MicroBatchBounds>* out) {
   const Model<double>& m0 = *ms.front().m;
   const size_t J = ms.size();
-  for (const Member& mb : ms) {
-    if (mb.m->autocast()) return false;
-  }
   const int nl = m0.num_layers();
   std::vector<int> pbase(static_cast<size_t>(nl)), bbase(static_cast<size_t>(nl));
   std::vector<bool> synced(static_cast<size_t>(nl), false);
@@ -457,7 +517,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
       // SyncBatchNorm synchronises in training over a group of more than one rank; its rules need every rank.
       const core::SyncBnGroup* group = m0.sync_bn_group();
       const bool syncs = sbn->Syncs(group);
-      if (syncs && static_cast<int>(J) != group->world()) return false;
+      if (syncs && (static_cast<int>(J) != group->world() || m0.autocast())) return false;  // no autocast rules
       synced[ii] = syncs;
       for (const Member& mb : ms) {
         if (syncs && mb.m->layer_bypassed(i)) return false;
@@ -467,6 +527,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
   std::vector<MicroBatchBounds> r(J);
   std::vector<std::vector<LayerCache>> cache(J, std::vector<LayerCache>(static_cast<size_t>(nl)));
   std::vector<M> h(J), e(J);
+  std::vector<bool> low(J, false);  // autocast: member j's activations hold low-precision values
   for (size_t j = 0; j < J; ++j) {
     r[j].grad.resize(static_cast<size_t>(np));
     r[j].buffer.resize(static_cast<size_t>(nb));
@@ -479,6 +540,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
     for (size_t j = 0; j < J; ++j) {
       cache[j][ii].in = h[j];
       cache[j][ii].ein = e[j];
+      cache[j][ii].in_low = low[j];
     }
     if (synced[ii]) {
       const auto& sbn = std::get<SyncBatchNorm1d<double>>(m0.layer(i));
@@ -503,6 +565,14 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
           c.eout = c.ein;
         } else if (!ForwardLayer(*ms[j].m, i, pb, bb, u, &c, &r[j])) {
           return false;
+        } else if (const Model<double>& m = *ms[j].m; m.autocast()) {
+          // A Linear's output, and that of a layer whose input was low, is rounded to the low type (ReLU's
+          // is low-valued already); the replay's own rounding is the next layer's input or the output.
+          const bool linear = std::holds_alternative<Linear<double>>(m.layer(i));
+          if (linear || (c.in_low && !std::holds_alternative<ReLU<double>>(m.layer(i)))) {
+            RoundedToLow(*m.autocast(), i + 1 < nl ? &m.layer_input(i + 1) : &m.output(), &c.out, &c.eout);
+          }
+          low[j] = low[j] || linear;
         }
       }
     }
@@ -512,7 +582,10 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
     }
   }
   std::vector<M> d(J), ed(J);
-  for (size_t j = 0; j < J; ++j) LossBounds(*ms[j].m, h[j], e[j], *ms[j].y, loss_scale, u, &r[j].loss, &d[j], &ed[j]);
+  for (size_t j = 0; j < J; ++j) {
+    LossBounds(*ms[j].m, h[j], e[j], *ms[j].y, loss_scale, u, &r[j].loss, &d[j], &ed[j]);
+    if (low[j]) GradRoundedToLow(*ms[j].m->autocast(), &d[j], &ed[j]);  // the backward of the loss's cast
+  }
   // Backward, last layer first.
   for (int i = nl; i-- > 0;) {
     const auto ii = static_cast<size_t>(i);
@@ -540,6 +613,11 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
     }
     sums.Finish(rows, static_cast<double>(J), u);
     for (size_t j = 0; j < J; ++j) BatchNormInputGrad(cache[j][ii], g[j], eg[j], sums, rows, 8, u, &d[j], &ed[j]);
+  }
+  for (MicroBatchBounds& b : r) {
+    if (std::isnan(b.loss)) b.loss = kInf;
+    for (auto& v : b.grad) NanToInf(&v);
+    for (auto& v : b.buffer) NanToInf(&v);
   }
   *out = std::move(r);
   return true;

@@ -29,6 +29,9 @@ namespace ddpcheck::ref {
 // Higham's gamma_n = n u / (1 - n u); infinity when n u >= 1.
 double Gamma(double n, double u);
 
+// A bound that came out NaN (an infinite bound times a zero) bounds nothing: infinity. In place.
+void NanToInf(std::vector<double>* bound);
+
 // Bounds of one micro-batch's forward, loss and backward of `m` (in the state its last Forward left it: the
 // Model<double> ran Forward(x, y) and Backward(loss_scale)).
 struct MicroBatchBounds {
@@ -37,7 +40,11 @@ struct MicroBatchBounds {
   std::vector<std::vector<double>> buffer;  // per buffer (numel) after the forward's running-stat update
 };
 
-// False (out untouched) where the model has a layer without rules here (autocast), or a SyncBatchNorm1d that
+// Under autocast (m.autocast()) the run's roundings to the low type are bounded as reference/error_bounds.cc
+// explains: a forward rounding by where the interval of the float value rounds (usually exactly), a backward
+// product with the low type's g(n), as if it had accumulated in it (docs/tolerance.md).
+// False (out untouched) where the model has a layer without rules here (an active Dropout under autocast,
+// a synchronising SyncBatchNorm under autocast), or a SyncBatchNorm1d that
 // synchronises over more than one rank: its statistics and input gradient need every rank's rows, so those
 // models go through GroupMicroBatchErrorBounds. The caller then falls back to the normwise policy.
 bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, const core::Tensor& y,

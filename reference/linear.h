@@ -46,12 +46,11 @@ class Linear {
   static const char* buffer_name(int) { return ""; }
   void SetTraining(bool) {}
 
-  // Autocast (float only; nullopt: off). With a low dtype (kFloat16 / kBFloat16) Forward casts x, W and b
+  // Autocast (nullopt: off; float for the runs, double for the step-local replay). With a low dtype (kFloat16 / kBFloat16) Forward casts x, W and b
   // to it, computes x W^T + b with float32 accumulation and rounds y to it; Backward rounds dy to it, and dx,
   // dW, db are float32-accumulated products of low-valued operands rounded once to it. The parameters and
   // their grads stay float (grads hold low-rounded values, as the cast's backward returns them).
   void SetAutocast(std::optional<core::DType> low) {
-    DDPCHECK_CHECK((!low || std::is_same_v<T, float>), "autocast needs float32 master weights");
     autocast_ = low;
   }
   std::optional<core::DType> autocast() const { return autocast_; }
@@ -59,9 +58,7 @@ class Linear {
   // x: (B, in) -> (B, out).
   Matrix<T> Forward(const Matrix<T>& x) {
     DDPCHECK_CHECK_EQ(x.cols(), in_, "Linear input width");
-    if constexpr (std::is_same_v<T, float>) {
-      if (autocast_) return AutocastForward(x, *autocast_);
-    }
+    if (autocast_) return AutocastForward(x, *autocast_);
     x_ = x;
     Matrix<T> y(x.rows(), out_);
     if (!BlasGemm(false, true, x.rows(), out_, in_, x_.data(), in_, weight_.value.data(), in_, T(0), y.data())) {
@@ -77,9 +74,7 @@ class Linear {
   Matrix<T> Backward(const Matrix<T>& dy, const SlotReadyFn& ready, bool need_dx = true) {
     DDPCHECK_CHECK_EQ(dy.rows(), x_.rows(), "Linear::Backward without a matching Forward");
     DDPCHECK_CHECK_EQ(dy.cols(), out_);
-    if constexpr (std::is_same_v<T, float>) {
-      if (autocast_) return AutocastBackward(dy, ready, *autocast_, need_dx);
-    }
+    if (autocast_) return AutocastBackward(dy, ready, *autocast_, need_dx);
     if (has_bias_) {
       bias_.Accumulate(dy.colwise().sum());
       if (ready) ready(1);

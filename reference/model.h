@@ -86,7 +86,8 @@ class Model {
   void SetMicroStep(int64_t micro_step);
   int rank() const { return rank_; }
   bool layer_bypassed(int layer) const { return bypassed_.at(static_cast<size_t>(layer)); }
-  // torch.autocast(dtype=low) on CUDA around forward and loss (SEMANTICS.md 5.2); float only, nullopt: off.
+  // torch.autocast(dtype=low) on CUDA around forward and loss (SEMANTICS.md 5.2); nullopt: off. Float
+  // models are runs; a double model under autocast is the step-local replay (float64 between the roundings).
   // Linear runs in `low` (reference/linear.h); ReLU, Tanh, Dropout and BatchNorm1d keep their input's
   // dtype (BatchNorm computing in float32 internally, as torch's mixed-precision kernels do), so their output
   // is rounded to `low` when their input was low; MSE and cross-entropy run in float32 on the low-valued
@@ -139,6 +140,8 @@ class Model {
   void SetInputGradNeeded(bool needed) { input_grad_needed_ = needed; }
   // The input layer `layer` received (or was bypassed with) in the last Forward.
   const Matrix<T>& layer_input(int layer) const { return inputs_.at(static_cast<size_t>(layer)); }
+  // The model's output in the last Forward (what the loss received).
+  const Matrix<T>& output() const { return output_; }
   // optimizer.zero_grad(set_to_none): true makes every grad undefined (storage zeroed); false zeroes the
   // defined grads and leaves undefined ones undefined (torch skips grads that are None).
   void ZeroGrad(bool set_to_none);
@@ -186,10 +189,11 @@ class Model {
   int rank_ = 0;
   std::mt19937_64 dropout_rng_{0};
   core::SyncBnGroup* sync_group_ = nullptr;
-  void RoundToAutocast(Matrix<T>* m) const;  // rounds to *autocast_ (float only)
+  void RoundToAutocast(Matrix<T>* m) const;  // rounds to *autocast_
   std::optional<core::DType> autocast_;
   bool has_forward_ = false;
   std::vector<Matrix<T>> inputs_;  // per layer, from the last Forward
+  Matrix<T> output_;               // the last Forward's output
   std::vector<bool> input_low_;    // per layer: its input held low-precision values (autocast)
   bool output_low_ = false;        // the model's output held low-precision values
   Matrix<T> input_grad_;

@@ -84,7 +84,6 @@ void Model<T>::SetMicroStep(int64_t micro_step) {
 
 template <class T>
 void Model<T>::SetAutocast(std::optional<core::DType> low) {
-  DDPCHECK_CHECK((!low || std::is_same_v<T, float>), "autocast needs float32 master weights (precision fp32)");
   DDPCHECK_CHECK(!low || *low == core::DType::kFloat16 || *low == core::DType::kBFloat16, "autocast dtype ",
                  core::DTypeName(*low));
   autocast_ = low;
@@ -95,9 +94,7 @@ void Model<T>::SetAutocast(std::optional<core::DType> low) {
 
 template <class T>
 void Model<T>::RoundToAutocast(Matrix<T>* m) const {
-  if constexpr (std::is_same_v<T, float>) {
-    if (autocast_) RoundInPlace(m, *autocast_);
-  }
+  if (autocast_) RoundInPlace(m, *autocast_);
 }
 
 template <class T>
@@ -235,6 +232,7 @@ core::Status Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y, T* los
     }
   }
   output_low_ = low;
+  output_ = h;
   has_forward_ = true;
   if (loss_ == "mse") {
     Matrix<T> target(h.rows(), h.cols());

@@ -17,7 +17,7 @@ namespace ddpcheck::ref {
 inline uint64_t DropoutSeed(int rank) { return 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1); }
 
 // init.kind "seed": seeds[rank] (or the last seed when fewer are given); "npy"/"inline": init.values.
-// With amp.enabled the model runs under autocast to amp.dtype (float models only: precision must be fp32).
+// With amp.enabled the model runs under autocast to amp.dtype.
 template <typename T>
 core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) {
   DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model));
@@ -28,12 +28,9 @@ core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) 
   } else {
     DDPCHECK_RETURN_IF_ERROR(model->LoadValues(s.init.values));
   }
-  if (s.amp.enabled) {
-    if (!std::is_same_v<T, float>) {
-      return core::Status::Invalid("/amp/enabled: AMP keeps fp32 master weights and needs \"precision\": \"fp32\"");
-    }
-    model->SetAutocast(core::AmpDType(s.amp));
-  }
+  // (A double model under autocast is the step-local replay's: float master weights replayed in float64,
+  // the autocast roundings emulated; scenarios themselves are validated to fp32 with AMP.)
+  if (s.amp.enabled) model->SetAutocast(core::AmpDType(s.amp));
   model->SetRank(rank);
   model->SetDropoutSeed(DropoutSeed(rank));
   model->SetInputGradNeeded(false);  // the data needs no gradient: backward ends at the first parameter

@@ -1,5 +1,6 @@
 #include "reference/step_local.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -235,6 +236,8 @@ class Replayer {
       std::map<std::string, std::vector<double>> estate;
       OptimizerErrorBounds(s_.optimizer, lr, m.param_data(p), g, e, n, st[pi], &state_err_[m.param_info(p).name], u_,
                            &ep, &estate);
+      NanToInf(&ep);
+      for (auto& [state, es] : estate) NanToInf(&es);
       state_err_[m.param_info(p).name] = estate;
       bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks}, AsTensor(ep, shape));
       for (const auto& [state, es] : estate) {
@@ -278,13 +281,19 @@ class Replayer {
 
 }  // namespace
 
-bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled; }
+bool StepLocalSupported(const core::Scenario& s) {
+  if (!s.amp.enabled) return true;
+  // Autocast without a GradScaler; SyncBatchNorm under autocast has no rules (error_bounds.h).
+  return !s.amp.grad_scaler && std::none_of(s.model.begin(), s.model.end(), [](const core::LayerSpec& l) {
+    return l.type == "syncbatchnorm1d";
+  });
+}
 
 namespace {
 
 core::Status Replay(const core::Scenario& s, const core::Trace& recorded, core::Trace* values, core::Trace* bounds,
                     std::function<void(int64_t)> on_step_start) {
-  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: AMP runs are not supported");
+  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: AMP with a GradScaler, or SyncBatchNorm under autocast, is not supported");
   core::Scenario s64 = s;
   s64.precision = core::DType::kFloat64;
   DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&s64));

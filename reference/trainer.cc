@@ -153,7 +153,8 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
   core::LrSchedule schedule(s.optimizer.lr, s.schedulers);
   const T inv_world = static_cast<T>(1.0 / world);
   core::GradScaler scaler;
-  if (s.amp.enabled) DDPCHECK_RETURN_IF_ERROR(core::MakeGradScaler(s.amp, 1.0, &scaler));
+  const bool scaled = core::UsesGradScaler(s.amp);
+  if (scaled) DDPCHECK_RETURN_IF_ERROR(core::MakeGradScaler(s.amp, 1.0, &scaler));
   const core::AmpGradOps amp_ops{[&](float inv) { return UnscaleGrads(&master, inv); },
                                  [&] { return GradNorm(master); }, [&](double f) { ScaleGrads(&master, f); }};
   // The single-process global-batch mean (each rank weighted by its sample count), which DDP's mean of
@@ -185,7 +186,7 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
       RecordBuffers(w, step, Checkpoint::kForwardBuffers, r, trace);
     }
     // Each rank's micro-batches: forward, loss, backward (which parameters it reached).
-    const T loss_scale = s.amp.enabled ? static_cast<T>(scaler.scale()) : T(1);
+    const T loss_scale = scaled ? static_cast<T>(scaler.scale()) : T(1);
     std::vector<std::vector<bool>> used(static_cast<size_t>(world), std::vector<bool>(static_cast<size_t>(np), false));
     auto run_rank = [&](int r) -> core::Status {
       Model<T>& w = workers[static_cast<size_t>(r)];
@@ -243,7 +244,7 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
                  ToTensor(master.grad_data(p), master.param_info(p), core::DTypeOf<T>()));
     }
     bool found_inf = false;
-    if (s.amp.enabled) {
+    if (scaled) {
       const core::AmpStepOptions o{s.amp.clip_grad_norm, /*clip_before_unscale=*/false, core::DTypeOf<T>()};
       DDPCHECK_RETURN_IF_ERROR(core::AmpUnscaleAndClip(o, amp_ops, &scaler, &found_inf));
       for (int p = 0; p < np; ++p) {
@@ -260,7 +261,7 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
       core::OptimizerStep<T>(s.optimizer, lr, master.param_data(p), master.grad_data(p), master.param_info(p).numel(),
                              &state[static_cast<size_t>(p)]);
     }
-    if (s.amp.enabled) {
+    if (scaled) {
       DDPCHECK_RETURN_IF_ERROR(scaler.UpdateAfterStep());
       for (auto& [name, t] : core::ScalerRecord(scaler, found_inf, found_inf)) {
         trace->Add({step, Checkpoint::kScaler, name, core::kAllRanks}, t);

@@ -100,5 +100,45 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"faults/syncbn-unequal-counts.json", core::DType::kFloat32, "sgd", 1e-2},
                       Case{"faults/syncbn-unequal-counts.json", core::DType::kFloat64, "adam", 1e-10}));
 
+// Autocast without a GradScaler (amp.grad_scaler false, as torch's CPU bfloat16 autocast runs): the run is the
+// reference's float32 trajectory under autocast emulation, the replay float64 with the same roundings and
+// the low-precision rules of reference/error_bounds.h. A 1e-2 error in the loss (a quarter of bfloat16's
+// spacing above 1 is 2^-8 ~ 4e-3) or in a parameter is caught at its step.
+using AutocastCase = std::tuple<std::string, std::string, std::string>;  // scenario, amp dtype, optimizer
+class StepLocalAutocast : public ::testing::TestWithParam<AutocastCase> {};
+
+TEST_P(StepLocalAutocast, CleanRunPassesAndAPerturbedLossOrParameterIsCaughtAtItsStep) {
+  const auto [file, dtype, optimizer] = GetParam();
+  core::Scenario s = Load(file, core::DType::kFloat32, optimizer);
+  s.amp.enabled = true;
+  s.amp.grad_scaler = false;
+  s.amp.dtype = dtype;
+  ASSERT_TRUE(ref::StepLocalSupported(s));
+  core::Trace run;
+  ASSERT_TRUE(ref::RunReference(s, &run).ok());
+  const core::CompareResult clean = Check(s, run);
+  EXPECT_TRUE(clean.pass) << (clean.first ? clean.first->key.ToString() + " " + clean.first->message : "");
+  for (const auto& [name, st] : clean.stats) {
+    if (st.bounded) std::cout << name << ": sensitivity " << st.sensitivity << "\n";
+  }
+  const std::pair<core::Checkpoint, std::string> targets[] = {{core::Checkpoint::kLoss, "loss"},
+                                                              {core::Checkpoint::kParams, "0.weight"}};
+  for (const auto& [c, tensor] : targets) {
+    core::Trace bad = run;
+    Perturb(&bad, 2, c, tensor, 1e-2);
+    const core::CompareResult r = Check(s, bad);
+    ASSERT_FALSE(r.pass) << tensor << " scaled by 1 + 1e-2 was not caught";
+    EXPECT_EQ(r.first->key.step, 2) << r.first->key.ToString();
+    EXPECT_EQ(r.first->key.checkpoint, c) << r.first->key.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, StepLocalAutocast,
+                         ::testing::Values(AutocastCase{"tutorial_toymodel.json", "bf16", "sgd"},
+                                           AutocastCase{"tutorial_toymodel.json", "bf16", "adam"},
+                                           AutocastCase{"tutorial_toymodel.json", "fp16", "sgd"},
+                                           AutocastCase{"default.json", "bf16", "sgd"},
+                                           AutocastCase{"default.json", "fp16", "adam"}));
+
 }  // namespace
 }  // namespace ddpcheck
