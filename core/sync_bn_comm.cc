@@ -51,6 +51,10 @@ Status CommSyncBnGroup::ForwardStats(int layer, ConstSpan x, int64_t rows, int64
                  static_cast<double*>(invstd.data), static_cast<double*>(unbiased_var.data), count);
 }
 
+Status CommSyncBnGroup::GatherStats(int layer, ConstSpan mine, Span all) {
+  return comm_->AllGather(mine, all, Label(layer, "stats"));
+}
+
 Status CommSyncBnGroup::SumGradStats(int layer, Span sums) {
   return comm_->AllReduceSum(sums, Label(layer, "grad sums"));
 }

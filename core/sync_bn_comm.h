@@ -32,6 +32,9 @@ class CommSyncBnGroup : public SyncBnGroup {
   Status ForwardStats(int layer, ConstSpan x, int64_t rows, int64_t channels, double eps, Span mean, Span invstd,
                       Span unbiased_var, int64_t* count) override;
   Status SumGradStats(int layer, Span sums) override;
+  Status GatherStats(int layer, ConstSpan mine, Span all) override;
+  SyncBnWeighting weighting() const override { return weighting_; }
+  void KeepGathered(int layer, Tensor all) override { gathered_.emplace_back(layer, std::move(all)); }
 
   // The rows every rank contributed to the forwards since the last call, per layer in call order: (W, 2C + 1)
   // [mean, invstd, count] as all-gathered. What the run exchanged, kept as evidence for the trace.

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "core/sync_bn_merge.h"
 #include "core/tensor.h"
 
 namespace ddpcheck::core {
@@ -31,6 +32,21 @@ class SyncBnGroup {
   // Backward of layer `layer`: sums holds this rank's [sum_dy (C), sum_dy_xmu (C)] and is replaced in place by
   // their sums over every rank.
   virtual Status SumGradStats(int layer, Span sums) = 0;
+
+  // ---- for a replica whose tensors are not host memory (the GPU world, real/replica_cuda.cc) ----
+  // It computes its own row of LocalBatchStats' layout ([mean (C), invstd (C), count], 2C + 1 values) and
+  // merges the gathered rows itself with MergeBatchStats' arithmetic, weighting the ranks as weighting()
+  // says; the group only exchanges them. mine: 2C + 1 values, all: W rows in rank order, both in the memory
+  // the group's Communicator works on; same label, timeout and flight record as ForwardStats' all-gather.
+  // SumGradStats works on that memory as it is. Groups that cannot exchange device memory say so.
+  virtual Status GatherStats(int layer, ConstSpan mine, Span all) {
+    (void)layer, (void)mine, (void)all;
+    return Status::Internal("this SyncBatchNorm group exchanges host statistics only (ForwardStats)");
+  }
+  virtual SyncBnWeighting weighting() const { return SyncBnWeighting::kByCount; }
+  // What GatherStats exchanged, read back to the host by the replica: (W, 2C + 1), kept as the evidence
+  // ForwardStats keeps (CommSyncBnGroup::TakeGathered).
+  virtual void KeepGathered(int layer, Tensor all) { (void)layer, (void)all; }
 };
 
 }  // namespace ddpcheck::core

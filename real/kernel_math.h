@@ -99,6 +99,101 @@ template <typename T> DDPCHECK_HD inline T BnBackwardDx(T g, T n, T sum_g, T xha
 }
 template <typename T> DDPCHECK_HD inline T BnBackwardFactor(T invstd, T n) { return invstd / n; }
 
+// ---- SyncBatchNorm1d (reference/sync_batchnorm.h over core/sync_bn_merge.h), given the channel's sums ----
+// One rank's row of [mean (C), invstd (C), count] (core::LocalBatchStats): mean = colsum / rows; m2 sums the
+// squared deviations about that mean; invstd = 1 / sqrt(m2 / rows + eps). eps is the layer's, rounded to T.
+template <typename T> DDPCHECK_HD inline T SyncBnLocalMean(T sum, int64_t rows) { return sum / static_cast<T>(rows); }
+template <typename T> DDPCHECK_HD inline T SyncBnSquaredDeviation(T x, T mean) {
+  const T d = x - mean;
+  return d * d;
+}
+template <typename T> DDPCHECK_HD inline T SyncBnLocalInvstd(T m2, int64_t rows, T eps) {
+  return T(1) / Sqrt(m2 / static_cast<T>(rows) + eps);
+}
+// Chan's merge of the gathered rows (world rows of 2C + 1 values, rank order) for channel c, operation for
+// operation core::MergeBatchStats (torch's batch_norm_reduce_statistics_kernel); ranks whose count is < 1 are
+// masked out. plain: every count taken as 1 (the fault syncbn-unequal-counts' weighting). *n: the rows (or,
+// plain, the ranks) merged.
+template <typename T>
+DDPCHECK_HD inline void SyncBnMergeRanks(const T* gathered, int world, int64_t channels, int64_t c, T eps, bool plain,
+                                         T* avg_out, T* var_n_out, int64_t* n_out) {
+  const int64_t stride = 2 * channels + 1;
+  T avg = T(0), var_n = T(0);
+  int64_t n = 0;
+  for (int j = 0; j < world; ++j) {
+    const T* row = gathered + j * stride;
+    if (!(row[2 * channels] >= T(1))) continue;
+    const T count = plain ? T(1) : row[2 * channels];
+    const T m = row[c];
+    T v = T(1) / row[channels + c];
+    v = (v * v - eps) * count;
+    const T factor = T(1) / (static_cast<T>(n) + count);
+    var_n = var_n + (v + (avg - m) * (avg - m) * static_cast<T>(n) * count * factor);
+    avg = static_cast<T>(n) * factor * avg + count * factor * m;
+    n += static_cast<int64_t>(count);
+  }
+  *avg_out = avg;
+  *var_n_out = var_n;
+  *n_out = n;
+}
+// The merged statistics of one channel: mean, invstd = 1 / sqrt(var_n / n + eps), the unbiased variance that
+// updates running_var (var_n / (n - 1); plain: the equal-weight merge's var_n / k * (n / (n - 1))), and n.
+template <typename T> struct SyncBnChannelStats {
+  T mean, invstd, unbiased_var;
+  int64_t count;
+};
+template <typename T>
+DDPCHECK_HD inline SyncBnChannelStats<T> SyncBnMergeChannel(const T* gathered, int world, int64_t channels, int64_t c,
+                                                            T eps, bool plain) {
+  SyncBnChannelStats<T> out;
+  T avg, var_n;
+  int64_t n;
+  SyncBnMergeRanks(gathered, world, channels, c, eps, false, &avg, &var_n, &n);
+  out.mean = avg;
+  out.invstd = T(1) / Sqrt(var_n / static_cast<T>(n) + eps);
+  out.unbiased_var = var_n / static_cast<T>(n - 1);
+  out.count = n;
+  if (plain) {
+    int64_t k;
+    SyncBnMergeRanks(gathered, world, channels, c, eps, true, &avg, &var_n, &k);
+    out.unbiased_var = var_n / static_cast<T>(k) * (static_cast<T>(n) / static_cast<T>(n - 1));
+  }
+  return out;
+}
+// SyncBatchNorm's running statistic: (1 - m) * running + m * stat with m = fl_T(f) (f: momentum, or
+// 1 / num_batches_tracked already bumped) and 1 - m formed in T, as the reference's SyncBatchNorm1d rounds
+// (BatchNorm1d rounds 1 - f from the double instead: BnRunningUpdate).
+template <typename T> DDPCHECK_HD inline T SyncBnRunningUpdate(T running, T stat, double f) {
+  const T m = static_cast<T>(f);
+  return (T(1) - m) * running + m * stat;
+}
+// Forward of one element: xmu = x - mean (kept for backward); y = (xmu * invstd) * w + b, or xmu * invstd.
+template <typename T> DDPCHECK_HD inline T SyncBnCenter(T x, T mean) { return x - mean; }
+template <typename T> DDPCHECK_HD inline T SyncBnOutput(T xmu, T invstd, T w, T b, bool affine) {
+  const T xhat = xmu * invstd;
+  return affine ? xhat * w + b : xhat;
+}
+// Backward. Local per channel: sum_dy and sum_dy_xmu (sums of dy and of SyncBnGradProduct); the weight's
+// grad sum_dy_xmu * invstd and the bias's sum_dy come from these local sums. With the all-reduced sums and
+// norm = 1 / n (n every rank's rows, SyncBnNorm), per channel mean_dy = sum_dy * norm,
+// factor_1 = invstd * invstd * sum_dy_xmu * norm (left to right), factor_2 = w * invstd (w = 1 without
+// affine), and per element dx = ((dy - mean_dy) - xmu * factor_1) * factor_2.
+template <typename T> DDPCHECK_HD inline T SyncBnGradProduct(T dy, T xmu) { return dy * xmu; }
+template <typename T> DDPCHECK_HD inline T SyncBnWeightGrad(T sum_dy_xmu, T invstd) { return sum_dy_xmu * invstd; }
+template <typename T> DDPCHECK_HD inline T SyncBnNorm(int64_t count) { return T(1) / static_cast<T>(count); }
+template <typename T> struct SyncBnGradFactors {
+  T mean_dy, factor_1, factor_2;
+};
+template <typename T>
+DDPCHECK_HD inline SyncBnGradFactors<T> SyncBnBackwardFactors(T sum_dy, T sum_dy_xmu, T invstd, T w, T norm) {
+  return {sum_dy * norm, invstd * invstd * sum_dy_xmu * norm, w * invstd};
+}
+template <typename T> DDPCHECK_HD inline T SyncBnBackwardDx(T dy, T xmu, const SyncBnGradFactors<T>& f) {
+  T g = dy - f.mean_dy;
+  g = g - xmu * f.factor_1;
+  return g * f.factor_2;
+}
+
 // ---- losses (reduction='mean') ----
 // mse_loss_backward: (diff * norm) * scale with norm = fl(2 / numel).
 template <typename T> DDPCHECK_HD inline T MseBackward(T diff, T norm, T scale) { return (diff * norm) * scale; }

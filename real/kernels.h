@@ -55,6 +55,35 @@ template <typename T>
 void BatchNormBackward(const BnArgs& a, const T* dy, const T* xhat, const T* invstd, const T* weight, T* dweight,
                        T* dbias, T* dx, cudaStream_t s);
 
+// ---- SyncBatchNorm1d in training over a group of W > 1 ranks (reference/sync_batchnorm.h) ----
+// row (2C + 1) = this rank's [mean (C), invstd (C), count] (core::LocalBatchStats' layout); one block per
+// channel, sums in a fixed tree.
+template <typename T> void SyncBnLocalStats(const T* x, int64_t rows, int64_t cols, T eps, T* row, cudaStream_t s);
+struct SyncBnMergeArgs {
+  int world = 1;
+  int64_t cols = 0;
+  double eps = 1e-5, momentum = 0.1;
+  bool momentum_none = false, plain_running_var = false, update_running = false;
+};
+// gathered: (world, 2C + 1) rows in rank order -> mean, invstd per channel (math::SyncBnMergeChannel); with
+// update_running: running = math::SyncBnRunningUpdate(running, stat) and num_batches_tracked += 1.
+template <typename T>
+void SyncBnMerge(const SyncBnMergeArgs& a, const T* gathered, T* mean, T* invstd, T* running_mean, T* running_var,
+                 T* num_batches_tracked, cudaStream_t s);
+// xmu = x - mean; y = (xmu * invstd) * w + b (weight/bias null: no affine).
+template <typename T>
+void SyncBnApply(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias, T* xmu, T* y,
+                 int64_t rows, int64_t cols, cudaStream_t s);
+// sums (2C) = this rank's [colsum(dy), colsum(dy * xmu)]; dweight = colsum(dy * xmu) * invstd and
+// dbias = colsum(dy) from those local sums (both may be null: no affine).
+template <typename T>
+void SyncBnGradSums(const T* dy, const T* xmu, const T* invstd, T* sums, T* dweight, T* dbias, int64_t rows,
+                    int64_t cols, cudaStream_t s);
+// dx from every rank's summed sums (2C) and norm = 1 / (every rank's rows); weight null: no affine.
+template <typename T>
+void SyncBnBackwardDx(const T* dy, const T* xmu, const T* sums, const T* invstd, const T* weight, T norm, T* dx,
+                      int64_t rows, int64_t cols, cudaStream_t s);
+
 // ---- losses (reduction='mean') ----
 // diff = out - target; *loss = sum(diff^2) / n
 template <typename T> void MseForward(const T* out, const T* target, T* diff, T* loss, int64_t n, cudaStream_t s);

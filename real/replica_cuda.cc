@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/optimizer.h"
+#include "core/sync_bn_merge.h"
 #include "real/cuda_check.h"
 #include "real/kernels.h"
 
@@ -90,7 +91,7 @@ class DeviceBuffer {
   int64_t bytes_ = 0;
 };
 
-enum class Kind { kLinear, kRelu, kTanh, kBatchNorm, kDropout };
+enum class Kind { kLinear, kRelu, kTanh, kBatchNorm, kSyncBatchNorm, kDropout };
 
 struct Layer {
   core::LayerSpec spec;
@@ -104,7 +105,11 @@ struct Layer {
   int64_t in_width = 0, out_width = 0;
   bool in_low = false, out_low = false;  // values are fp16/bf16 (autocast)
   bool batch_stats = true, dropout_active = false;
-  DeviceBuffer out_buf, xhat, invstd, mask;
+  bool synced = false;      // SyncBatchNorm1d synchronised its statistics (else it ran as a BatchNorm1d)
+  int64_t sync_count = 0;   // synced: every rank's rows
+  // xhat holds x - mean when synced (what the reference's SyncBatchNorm1d keeps). row: this rank's
+  // [mean, invstd, count]; gathered: every rank's; mean: the merged mean; sums: [sum_dy, sum_dy_xmu].
+  DeviceBuffer out_buf, xhat, invstd, mask, row, gathered, mean, sums;
 };
 
 int64_t Elem(core::DType d) { return core::ElementSize(d); }
@@ -192,6 +197,113 @@ void Gemm(const DeviceContext& ctx, CudaReplica::Impl& im, MathMode math, cublas
 }
 
 bool IsAmp(MathMode m) { return m == MathMode::kFp16Amp || m == MathMode::kBf16Amp; }
+bool IsBatchNorm(Kind k) { return k == Kind::kBatchNorm || k == Kind::kSyncBatchNorm; }
+
+// torch all-reduces a SyncBatchNorm's gradient sums (and computes its input gradient) only when its input
+// requires grad: when a layer below it that runs has parameters (reference/model_impl.h, Model::Backward).
+bool NeedsInputGrad(const CudaReplica::Impl& im, size_t li) {
+  for (size_t j = 0; j < li; ++j) {
+    if (!im.layers[j].bypassed && im.layers[j].param_base >= 0) return true;
+  }
+  return false;
+}
+
+// SyncBatchNorm1d's training forward over `group` (reference/sync_batchnorm.h, core/sync_bn_comm.cc): this
+// rank's row of [mean, invstd, count], all-gathered through the group (the rank's Communicator, labelled
+// "syncbn L stats (step S)", under its timeout), merged per channel in rank order, the running statistics
+// updated with the merged mean and unbiased variance, y = (x - mean) * invstd * w + b. The gathered rows
+// are read back (W * (2C + 1) values) for the global count and as the evidence the CPU world records.
+template <typename T>
+core::Status SyncBatchNormForward(CudaReplica& r, CudaReplica::Impl& im, core::SyncBnGroup* group, int layer,
+                                  const T* x, int64_t rows, Layer* L) {
+  DeviceContext& ctx = *r.context();
+  const cudaStream_t s = ctx.compute();
+  const core::DType dt = core::DTypeOf<T>();
+  const core::LayerSpec& spec = L->spec;
+  const int64_t c = spec.num_features, stride = core::SyncBnRowSize(c);
+  const int w = group->world();
+  const int64_t e = static_cast<int64_t>(sizeof(T));
+  L->out_buf.Reserve(rows * c * e, s);
+  L->xhat.Reserve(rows * c * e, s);
+  L->invstd.Reserve(c * e, s);
+  L->mean.Reserve(c * e, s);
+  L->row.Reserve(stride * e, s);
+  L->gathered.Reserve(w * stride * e, s);
+  ctx.Touch(L->row.get(), stride * e);  // a previous exchange may still read or write them
+  ctx.Touch(L->gathered.get(), w * stride * e);
+  kernels::SyncBnLocalStats<T>(x, rows, c, static_cast<T>(spec.eps), L->row.as<T>(), s);
+  DDPCHECK_RETURN_IF_ERROR(group->GatherStats(layer, core::ConstSpan(L->row.get(), stride, dt),
+                                              core::Span{L->gathered.get(), w * stride, dt}));
+  ctx.Touch(L->gathered.get(), w * stride * e);
+  kernels::SyncBnMergeArgs a;
+  a.world = w;
+  a.cols = c;
+  a.eps = spec.eps;
+  a.momentum = spec.momentum;
+  a.momentum_none = spec.momentum_none;
+  a.plain_running_var = group->weighting() == core::SyncBnWeighting::kPlainAverage;
+  a.update_running = spec.track_running_stats;
+  T* rm = nullptr;
+  T* rv = nullptr;
+  T* nbt = nullptr;
+  if (spec.track_running_stats) {
+    rm = im.buffers[static_cast<size_t>(L->buffer_base)].as<T>();
+    rv = im.buffers[static_cast<size_t>(L->buffer_base + 1)].as<T>();
+    nbt = im.buffers[static_cast<size_t>(L->buffer_base + 2)].as<T>();
+  }
+  kernels::SyncBnMerge<T>(a, L->gathered.as<T>(), L->mean.as<T>(), L->invstd.as<T>(), rm, rv, nbt, s);
+  const T* weight = spec.affine ? im.values[static_cast<size_t>(L->param_base)].as<T>() : nullptr;
+  const T* bias = spec.affine ? im.values[static_cast<size_t>(L->param_base + 1)].as<T>() : nullptr;
+  kernels::SyncBnApply<T>(x, L->mean.as<T>(), L->invstd.as<T>(), weight, bias, L->xhat.as<T>(), L->out_buf.as<T>(),
+                          rows, c, s);
+  core::Tensor all = r.ToHost(core::ConstSpan(L->gathered.get(), w * stride, dt), {w, stride});
+  // Every rank holds rows (the input check), so a count below 1 comes only from an exchange that the
+  // communicator aborted; the rank's next collective reports that (as for a bucket all-reduce, docs/gpu.md).
+  int64_t count = 0;
+  for (int j = 0; j < w; ++j) {
+    const double n = all.data[static_cast<size_t>(j * stride + 2 * c)];
+    if (n >= 1) count += static_cast<int64_t>(n);
+  }
+  L->sync_count = count;
+  group->KeepGathered(layer, std::move(all));
+  return core::Status::Ok();
+}
+
+// Its backward (reference/sync_batchnorm.h): this rank's [sum_dy, sum_dy_xmu]; weight and bias grads from
+// them (local: DDP averages them like any gradient); when the input needs a gradient, the sums are
+// all-reduced through the group (before the weight's and bias's hooks fire, as autograd orders them) and
+// dx is BatchNorm's input gradient over every rank's rows; otherwise dx is zeros.
+template <typename T, typename AccumulateFn>
+core::Status SyncBatchNormBackward(DeviceContext& ctx, CudaReplica::Impl& im, core::SyncBnGroup* group, int layer,
+                                   const T* dy, bool needs_input_grad, T* dx, const AccumulateFn& accumulate) {
+  Layer& L = im.layers[static_cast<size_t>(layer)];
+  const cudaStream_t s = ctx.compute();
+  const int64_t c = L.spec.num_features, rows = im.rows;
+  const int64_t e = static_cast<int64_t>(sizeof(T));
+  L.sums.Reserve(2 * c * e, s);
+  ctx.Touch(L.sums.get(), 2 * c * e);
+  T* tw = im.tmp.as<T>();
+  T* tb = tw + c;
+  const bool affine = L.spec.affine;
+  kernels::SyncBnGradSums<T>(dy, L.xhat.as<T>(), L.invstd.as<T>(), L.sums.as<T>(), affine ? tw : nullptr,
+                             affine ? tb : nullptr, rows, c, s);
+  if (needs_input_grad) {
+    DDPCHECK_RETURN_IF_ERROR(group->SumGradStats(layer, core::Span{L.sums.get(), 2 * c, core::DTypeOf<T>()}));
+  }
+  if (affine) {  // weight before bias
+    accumulate(L.param_base, tw, false);
+    accumulate(L.param_base + 1, tb, false);
+  }
+  if (!needs_input_grad) {
+    kernels::Fill<T>(dx, T(0), rows * c, s);
+    return core::Status::Ok();
+  }
+  ctx.Touch(L.sums.get(), 2 * c * e);
+  const T* weight = affine ? im.values[static_cast<size_t>(L.param_base)].as<T>() : nullptr;
+  kernels::SyncBnBackwardDx<T>(dy, L.xhat.as<T>(), L.sums.as<T>(), L.invstd.as<T>(), weight,
+                               math::SyncBnNorm<T>(L.sync_count), dx, rows, c, s);
+  return core::Status::Ok();
+}
 
 }  // namespace
 
@@ -244,8 +356,8 @@ core::Status CudaReplica::Create(const RankSetup& setup, const core::OptimizerSp
       if (spec.bias) add_param(fmt::format("{}.bias", li), {spec.out_features});
       if (im.in_width < 0) im.in_width = spec.in_features;
       im.out_width = spec.out_features;
-    } else if (spec.type == "batchnorm1d") {
-      L.kind = Kind::kBatchNorm;
+    } else if (spec.type == "batchnorm1d" || spec.type == "syncbatchnorm1d") {
+      L.kind = spec.type == "batchnorm1d" ? Kind::kBatchNorm : Kind::kSyncBatchNorm;
       if (spec.affine) {
         L.param_base = static_cast<int>(r->param_infos_.size());
         add_param(fmt::format("{}.weight", li), {spec.num_features});
@@ -259,11 +371,6 @@ core::Status CudaReplica::Create(const RankSetup& setup, const core::OptimizerSp
       }
       if (im.in_width < 0) im.in_width = spec.num_features;
       im.out_width = spec.num_features;
-    } else if (spec.type == "syncbatchnorm1d") {
-      return core::Status::Invalid(fmt::format(
-          "CudaReplica: layer {} is a syncbatchnorm1d, which the GPU world does not implement (its statistics would "
-          "need an NCCL all-gather inside forward and an all-reduce inside backward); check this model on the CPU "
-          "world (`ddpcheck run`, which runs SyncBatchNorm over Gloo), or use batchnorm1d on the GPU", li));
     } else if (spec.type == "relu") {
       L.kind = Kind::kRelu;
     } else if (spec.type == "tanh") {
@@ -305,7 +412,7 @@ core::Status CudaReplica::Create(const RankSetup& setup, const core::OptimizerSp
     max_numel = std::max(max_numel, 2 * info.numel());
   }
   for (const Layer& L : im.layers) {
-    if (L.kind == Kind::kBatchNorm) max_numel = std::max(max_numel, 2 * L.spec.num_features);
+    if (IsBatchNorm(L.kind)) max_numel = std::max(max_numel, 2 * L.spec.num_features);
   }
   im.tmp.Reserve(max_numel * Elem(d), s);
   im.momentum.resize(np);
@@ -371,10 +478,12 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
   for (size_t i = 0; i < im.layers.size(); ++i) {
     const Layer& L = im.layers[i];
     const bool batch_stats = training_ || !L.spec.track_running_stats;
-    if (L.kind == Kind::kBatchNorm && !L.bypassed && batch_stats && rows < 2) {
+    // A syncing SyncBatchNorm takes statistics over every rank's rows: one row here is enough.
+    const bool local_stats = L.kind == Kind::kBatchNorm || (L.kind == Kind::kSyncBatchNorm && !SyncsBatchNorm());
+    if (local_stats && !L.bypassed && batch_stats && rows < 2) {
       return core::Status::Invalid(fmt::format(
-          "model input: layer {} (batchnorm1d) needs more than 1 value per channel with batch statistics, got a "
-          "batch of {}", i, rows));
+          "model input: layer {} ({}) needs more than 1 value per channel with batch statistics, got a "
+          "batch of {}", i, L.spec.type, rows));
     }
   }
   // Everything the forward touches (parameters, buffers just broadcast) must have arrived.
@@ -384,7 +493,8 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
   const void* h = im.x.get();
   int64_t width = cols;
   bool low = false;
-  for (Layer& L : im.layers) {
+  for (size_t li = 0; li < im.layers.size(); ++li) {
+    Layer& L = im.layers[li];
     L.in = h;
     L.in_width = width;
     L.in_low = low;
@@ -418,8 +528,18 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
           if (low) kernels::RoundToLow(L.out_buf.as<float>(), rows * width, bf16, s);
         }
         break;
-      case Kind::kBatchNorm: {
+      case Kind::kBatchNorm:
+      case Kind::kSyncBatchNorm: {
         const int64_t c = L.spec.num_features;
+        L.synced = L.kind == Kind::kSyncBatchNorm && SyncsBatchNorm();
+        if (L.synced) {
+          DDPCHECK_RETURN_IF_ERROR(SyncBatchNormForward<T>(*this, im, sync_bn_, static_cast<int>(li), x, rows, &L));
+          if constexpr (std::is_same_v<T, float>) {
+            if (low) kernels::RoundToLow(L.out_buf.as<float>(), rows * c, bf16, s);
+          }
+          width = c;
+          break;
+        }
         L.out_buf.Reserve(rows * c * Elem(dtype_), s);
         L.xhat.Reserve(rows * c * Elem(dtype_), s);
         L.invstd.Reserve(c * Elem(dtype_), s);
@@ -504,13 +624,12 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
 
 core::Status CudaReplica::Backward(double loss_scale, const core::GradReadyFn& on_ready) {
   ctx_->Activate();
-  if (dtype_ == core::DType::kFloat64) BackwardT<double>(loss_scale, on_ready);
-  else BackwardT<float>(loss_scale, on_ready);
-  return core::Status::Ok();
+  return dtype_ == core::DType::kFloat64 ? BackwardT<double>(loss_scale, on_ready)
+                                         : BackwardT<float>(loss_scale, on_ready);
 }
 
 template <typename T>
-void CudaReplica::BackwardT(double loss_scale, const core::GradReadyFn& on_ready) {
+core::Status CudaReplica::BackwardT(double loss_scale, const core::GradReadyFn& on_ready) {
   Impl& im = *impl_;
   DDPCHECK_CHECK(im.has_forward, "CudaReplica::Backward before any Forward");
   const cudaStream_t s = ctx_->compute();
@@ -577,7 +696,14 @@ void CudaReplica::BackwardT(double loss_scale, const core::GradReadyFn& on_ready
         kernels::TanhBackward<T>(y, d, spare, count, s);
         round_low(spare, count, L.in_low);
         break;
-      case Kind::kBatchNorm: {
+      case Kind::kBatchNorm:
+      case Kind::kSyncBatchNorm: {
+        if (L.synced) {
+          DDPCHECK_RETURN_IF_ERROR(SyncBatchNormBackward<T>(*ctx_, im, sync_bn_, static_cast<int>(li), d,
+                                                            NeedsInputGrad(im, li), spare, accumulate));
+          round_low(spare, count, L.in_low);
+          break;
+        }
         kernels::BnArgs a;
         a.rows = rows;
         a.cols = L.spec.num_features;
@@ -605,6 +731,7 @@ void CudaReplica::BackwardT(double loss_scale, const core::GradReadyFn& on_ready
     }
     if (!passthrough) std::swap(d, spare);
   }
+  return core::Status::Ok();
 }
 
 void CudaReplica::ZeroGrad(bool set_to_none) {

@@ -155,6 +155,81 @@ __global__ void BatchNormBackwardK(BnArgs a, const T* dy, const T* xhat, const T
   }
 }
 
+// ---- SyncBatchNorm1d ----
+// One block per channel: this rank's mean and invstd (two passes, as core::LocalBatchStats), and its count.
+template <typename T> __global__ void SyncBnLocalStatsK(const T* x, int64_t rows, int64_t C, T eps, T* row) {
+  const int64_t c = blockIdx.x;
+  T acc = T(0);
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) acc = acc + x[r * C + c];
+  const T mean = m::SyncBnLocalMean(BlockSum(acc), rows);
+  acc = T(0);
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) acc = acc + m::SyncBnSquaredDeviation(x[r * C + c], mean);
+  const T m2 = BlockSum(acc);
+  if (threadIdx.x == 0) {
+    row[c] = mean;
+    row[C + c] = m::SyncBnLocalInvstd(m2, rows, eps);
+    if (c == 0) row[2 * C] = static_cast<T>(rows);
+  }
+}
+// One thread per channel: the merge over the ranks in rank order, then the running statistics.
+template <typename T>
+__global__ void SyncBnMergeK(SyncBnMergeArgs a, const T* gathered, T* mean, T* invstd, T* running_mean, T* running_var,
+                             const T* num_batches_tracked) {
+  GRID_STRIDE(c, a.cols) {
+    const T eps = static_cast<T>(a.eps);
+    const m::SyncBnChannelStats<T> st = m::SyncBnMergeChannel(gathered, a.world, a.cols, c, eps, a.plain_running_var);
+    mean[c] = st.mean;
+    invstd[c] = st.invstd;
+    if (a.update_running) {
+      const T nbt = num_batches_tracked[0] + T(1);  // the bump itself is a separate kernel, after this one
+      const double f = m::BnFactor(a.momentum_none, a.momentum, nbt);
+      running_mean[c] = m::SyncBnRunningUpdate(running_mean[c], st.mean, f);
+      running_var[c] = m::SyncBnRunningUpdate(running_var[c], st.unbiased_var, f);
+    }
+  }
+}
+template <typename T>
+__global__ void SyncBnApplyK(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias, T* xmu, T* y,
+                             int64_t rows, int64_t C) {
+  GRID_STRIDE(i, rows * C) {
+    const int64_t c = i % C;
+    const T xm = m::SyncBnCenter(x[i], mean[c]);
+    xmu[i] = xm;
+    const bool affine = weight != nullptr;
+    y[i] = m::SyncBnOutput(xm, invstd[c], affine ? weight[c] : T(1), affine ? bias[c] : T(0), affine);
+  }
+}
+template <typename T>
+__global__ void SyncBnGradSumsK(const T* dy, const T* xmu, const T* invstd, T* sums, T* dweight, T* dbias,
+                                int64_t rows, int64_t C) {
+  const int64_t c = blockIdx.x;
+  T a = T(0), b = T(0);
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads) {
+    a = a + dy[r * C + c];
+    b = b + m::SyncBnGradProduct(dy[r * C + c], xmu[r * C + c]);
+  }
+  const T sum_dy = BlockSum(a);
+  const T sum_dy_xmu = BlockSum(b);
+  if (threadIdx.x == 0) {
+    sums[c] = sum_dy;
+    sums[C + c] = sum_dy_xmu;
+    if (dweight) {
+      dweight[c] = m::SyncBnWeightGrad(sum_dy_xmu, invstd[c]);
+      dbias[c] = sum_dy;
+    }
+  }
+}
+template <typename T>
+__global__ void SyncBnBackwardDxK(const T* dy, const T* xmu, const T* sums, const T* invstd, const T* weight, T norm,
+                                  T* dx, int64_t rows, int64_t C) {
+  GRID_STRIDE(i, rows * C) {
+    const int64_t c = i % C;
+    const m::SyncBnGradFactors<T> f =
+        m::SyncBnBackwardFactors(sums[c], sums[C + c], invstd[c], weight ? weight[c] : T(1), norm);
+    dx[i] = m::SyncBnBackwardDx(dy[i], xmu[i], f);
+  }
+}
+
 // ---- losses ----
 template <typename T> __global__ void MseForwardK(const T* out, const T* target, T* diff, T* loss, int64_t n) {
   T acc = T(0);
@@ -292,6 +367,41 @@ void BatchNormBackward(const BnArgs& a, const T* dy, const T* xhat, const T* inv
   BatchNormBackwardK<<<static_cast<unsigned>(a.cols), kThreads, 0, s>>>(a, dy, xhat, invstd, weight, dweight, dbias, dx);
   CheckLaunch("BatchNormBackward");
 }
+template <typename T> void SyncBnLocalStats(const T* x, int64_t rows, int64_t cols, T eps, T* row, cudaStream_t s) {
+  SyncBnLocalStatsK<<<static_cast<unsigned>(cols), kThreads, 0, s>>>(x, rows, cols, eps, row);
+  CheckLaunch("SyncBnLocalStats");
+}
+template <typename T>
+void SyncBnMerge(const SyncBnMergeArgs& a, const T* gathered, T* mean, T* invstd, T* running_mean, T* running_var,
+                 T* num_batches_tracked, cudaStream_t s) {
+  SyncBnMergeK<<<Blocks(a.cols), kThreads, 0, s>>>(a, gathered, mean, invstd, running_mean, running_var,
+                                                   num_batches_tracked);
+  CheckLaunch("SyncBnMerge");
+  if (a.update_running) {
+    BumpK<<<1, 1, 0, s>>>(num_batches_tracked);
+    CheckLaunch("SyncBnMerge bump");
+  }
+}
+template <typename T>
+void SyncBnApply(const T* x, const T* mean, const T* invstd, const T* weight, const T* bias, T* xmu, T* y,
+                 int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  SyncBnApplyK<<<Blocks(rows * cols), kThreads, 0, s>>>(x, mean, invstd, weight, bias, xmu, y, rows, cols);
+  CheckLaunch("SyncBnApply");
+}
+template <typename T>
+void SyncBnGradSums(const T* dy, const T* xmu, const T* invstd, T* sums, T* dweight, T* dbias, int64_t rows,
+                    int64_t cols, cudaStream_t s) {
+  SyncBnGradSumsK<<<static_cast<unsigned>(cols), kThreads, 0, s>>>(dy, xmu, invstd, sums, dweight, dbias, rows, cols);
+  CheckLaunch("SyncBnGradSums");
+}
+template <typename T>
+void SyncBnBackwardDx(const T* dy, const T* xmu, const T* sums, const T* invstd, const T* weight, T norm, T* dx,
+                      int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  SyncBnBackwardDxK<<<Blocks(rows * cols), kThreads, 0, s>>>(dy, xmu, sums, invstd, weight, norm, dx, rows, cols);
+  CheckLaunch("SyncBnBackwardDx");
+}
 template <typename T> void MseForward(const T* out, const T* target, T* diff, T* loss, int64_t n, cudaStream_t s) {
   MseForwardK<<<1, kThreads, 0, s>>>(out, target, diff, loss, n);
   CheckLaunch("MseForward");
@@ -371,6 +481,13 @@ void BroadcastRowsToLow(const float* b, void* c, int64_t rows, int64_t cols, boo
                                     cudaStream_t);                                                               \
   template void BatchNormBackward<T>(const BnArgs&, const T*, const T*, const T*, const T*, T*, T*, T*,          \
                                      cudaStream_t);                                                              \
+  template void SyncBnLocalStats<T>(const T*, int64_t, int64_t, T, T*, cudaStream_t);                            \
+  template void SyncBnMerge<T>(const SyncBnMergeArgs&, const T*, T*, T*, T*, T*, T*, cudaStream_t);               \
+  template void SyncBnApply<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, int64_t, int64_t,        \
+                               cudaStream_t);                                                                    \
+  template void SyncBnGradSums<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t, cudaStream_t);     \
+  template void SyncBnBackwardDx<T>(const T*, const T*, const T*, const T*, const T*, T, T*, int64_t, int64_t,   \
+                                    cudaStream_t);                                                               \
   template void MseForward<T>(const T*, const T*, T*, T*, int64_t, cudaStream_t);                                \
   template void MseBackward<T>(const T*, T, T, T*, int64_t, cudaStream_t);                                       \
   template void CrossEntropyForward<T>(const T*, const int32_t*, T*, T*, int64_t, int64_t, cudaStream_t);        \

@@ -5,6 +5,9 @@
 // grads holding low-precision values, as torch.autocast gives). Elementwise ops, BatchNorm1d, losses,
 // optimizers and GradScaler's unscale run in kernels (real/kernels.h). Dropout masks are drawn on the host
 // from the rank's reference generator (RankSetup) and copied, so a rank drops the same elements as its CPU twin.
+// SyncBatchNorm1d in training over a group of W > 1 ranks computes its row of statistics, the merge and the
+// backward in kernels and exchanges through the group (SyncBnGroup::GatherStats, SumGradStats: the rank's
+// Communicator, on device memory); otherwise it is a BatchNorm1d, as torch's.
 //
 // Memory: parameters, grads, buffers and everything Allocate returns live on the device; Span points there.
 // Work is enqueued on the context's compute stream; methods that return host values wait for it.
@@ -68,8 +71,12 @@ class CudaReplica final : public core::Replica, public core::DeviceMemory {
   void SetTraining(bool training) override { training_ = training; }
   core::Status Forward(const core::Batch& batch, double* loss) override;
   core::Status Backward(double loss_scale, const core::GradReadyFn& on_ready) override;
-  // The GPU world has no SyncBatchNorm (construction rejects syncbatchnorm1d), so there is nothing to attach.
-  core::Status SetSyncBnGroup(core::SyncBnGroup*) override { return core::Status::Ok(); }
+  // The group's collectives must work on this replica's device memory (core::CommSyncBnGroup over the rank's
+  // NcclCommunicator or StagingCommunicator does).
+  core::Status SetSyncBnGroup(core::SyncBnGroup* group) override {
+    sync_bn_ = group;
+    return core::Status::Ok();
+  }
   void ZeroGrad(bool set_to_none) override;
 
   core::DeviceMemory& Memory() override { return *this; }
@@ -91,7 +98,9 @@ class CudaReplica final : public core::Replica, public core::DeviceMemory {
  private:
   CudaReplica() = default;
   template <typename T> core::Status ForwardT(const core::Batch& batch, double* loss);
-  template <typename T> void BackwardT(double loss_scale, const core::GradReadyFn& on_ready);
+  template <typename T> core::Status BackwardT(double loss_scale, const core::GradReadyFn& on_ready);
+  // Whether syncbatchnorm1d layers synchronise in the next Forward (torch's need_sync).
+  bool SyncsBatchNorm() const { return training_ && sync_bn_ != nullptr && sync_bn_->world() > 1; }
   template <typename T> core::Status OptimizerStepT(double lr);
 
   DeviceContext* ctx_ = nullptr;
@@ -99,6 +108,7 @@ class CudaReplica final : public core::Replica, public core::DeviceMemory {
   core::DType dtype_ = core::DType::kFloat32;  // parameters, grads, buffers, activations
   core::OptimizerSpec optimizer_;
   bool training_ = true;
+  core::SyncBnGroup* sync_bn_ = nullptr;  // not owned
   std::vector<core::ParamInfo> param_infos_, buffer_infos_;
   std::vector<bool> grad_defined_;
   std::unique_ptr<Impl> impl_;

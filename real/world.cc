@@ -1,6 +1,8 @@
 #include "real/world.h"
 
+#include <algorithm>
 #include <exception>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -38,12 +40,13 @@ core::Status MakeCudaReplica(const core::Scenario& s, const RealOptions& opts, i
 }
 
 core::Status CheckModelRunsOnGpu(const core::Scenario& s) {
+  static const char* const kLayers[] = {"linear", "relu", "tanh", "dropout", "batchnorm1d", "syncbatchnorm1d"};
   for (size_t i = 0; i < s.model.size(); ++i) {
-    if (s.model[i].type != "syncbatchnorm1d") continue;
+    const std::string& type = s.model[i].type;
+    if (std::find(std::begin(kLayers), std::end(kLayers), type) != std::end(kLayers)) continue;
     return core::Status::Invalid(fmt::format(
-        "/model/{}: syncbatchnorm1d is not implemented by the GPU world (real/): SyncBatchNorm would need an NCCL "
-        "all-gather inside forward and an all-reduce inside backward; check this model on the CPU world (`ddpcheck "
-        "run`, which runs SyncBatchNorm over Gloo), or use batchnorm1d on the GPU", i));
+        "/model/{}: {} is not implemented by the GPU world (real/), which runs linear, relu, tanh, dropout, "
+        "batchnorm1d and syncbatchnorm1d; check this model on the CPU world (`ddpcheck run`)", i, type));
   }
   return core::Status::Ok();
 }

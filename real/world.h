@@ -40,8 +40,9 @@ core::Status RequireDevice();
 // The device rank `rank` runs on.
 int DeviceForRank(const std::string& comm, int rank, int device_count);
 
-// Ok when the GPU world can run the scenario's model; a syncbatchnorm1d layer is refused (not implemented),
-// naming the layer and pointing at the CPU world. RunReal and RunRealRank check it before looking for a device.
+// Ok when the GPU world can run every layer of the scenario's model (linear, relu, tanh, dropout, batchnorm1d,
+// syncbatchnorm1d); another layer kind is refused naming the layer and pointing at the CPU world. RunReal and
+// RunRealRank check it before looking for a device.
 core::Status CheckModelRunsOnGpu(const core::Scenario& s);
 
 // Builds rank `rank`'s replica on ctx's device.

@@ -40,20 +40,7 @@ TEST(GpuRun, NcclTf32RunMatchesTheReferenceWithinTheTf32Budget) {
 TEST(GpuRun, HybridFp32RunMatchesTheReference) { ExpectPass(Scenario(2, ""), "hybrid", false); }
 TEST(GpuRun, HybridFp16AutocastRunMatchesTheAutocastReference) { ExpectPass(Scenario(2, "fp16"), "hybrid", false); }
 TEST(GpuRun, HybridBf16AutocastRunMatchesTheAutocastReference) { ExpectPass(Scenario(2, "bf16"), "hybrid", false); }
-
-TEST(GpuRun, RefusesSyncBatchNormNamingTheLayerInsteadOfRunningItAsBatchNorm) {
-  core::Scenario s = Scenario(2, "");
-  s.model[1].type = "syncbatchnorm1d";
-  for (const std::string backend : {"real", "hybrid"}) {
-    harness::CheckOptions o;
-    o.got.kind = backend == "hybrid" ? harness::SourceKind::kHybrid : harness::SourceKind::kGpu;
-    core::RunReport report;
-    const core::Status st = harness::Check(s, o, &report);
-    EXPECT_EQ(st.code(), core::Code::kInvalidArgument) << st.ToString();
-    EXPECT_NE(st.message().find("/model/1: syncbatchnorm1d is not implemented by the GPU world"), std::string::npos)
-        << st.message();
-  }
-}
+// SyncBatchNorm runs: real/tests/sync_batchnorm_test.cc.
 
 }  // namespace
 }  // namespace ddpcheck::real
