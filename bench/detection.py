@@ -13,6 +13,7 @@ A benchmark, not a test: about a minute for the default grid on a 2-core machine
 """
 import argparse
 import datetime
+import io
 import itertools
 import json
 import os
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 import numpy as np
 import torch
@@ -97,10 +99,29 @@ def perturb(src, dst, what, step, eps):
                 json.dump(ix, f)
         else:
             kind, name = what.split(":")
-            path = os.path.join(dst, "rank%d" % r, st[kind][name])
-            a = np.load(path)
-            np.save(path, (a.astype(np.float64) * (1 + eps)).astype(a.dtype))
+            scale(os.path.join(dst, "rank%d" % r), st[kind][name], eps)
         r += 1
+
+
+def scale(rank_dir, file, eps):
+    """Scales the tensor the index names `file` (a .npy file, or "ARCHIVE.npz/ENTRY.npy") by (1 + eps) in place."""
+    def scaled(a):
+        return (a.astype(np.float64) * (1 + eps)).astype(a.dtype)
+    if ".npz/" not in file:
+        path = os.path.join(rank_dir, file)
+        np.save(path, scaled(np.load(path)))
+        return
+    archive, entry = file.split("/", 1)
+    path = os.path.join(rank_dir, archive)
+    with zipfile.ZipFile(path) as z:
+        entries = [(i.filename, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:  # stored, as the recorder writes it
+        for n, data in entries:
+            if n == entry:
+                buf = io.BytesIO()
+                np.save(buf, scaled(np.load(io.BytesIO(data))))
+                data = buf.getvalue()
+            z.writestr(n, data)
 
 
 def compare(ddpcheck, dump):

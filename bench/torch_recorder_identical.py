@@ -1,10 +1,17 @@
 #!/usr/bin/python3
 """Byte-for-byte check of what tools/ddpcheck_torch.py records: record a fixed, seeded corpus of DDP runs with the
-recorder of one tools folder, then compare two such recordings file by file (names, bytes and permission bits).
+recorder of one tools folder, then compare two such recordings tensor by tensor (names, bytes and permission bits).
 
     /usr/bin/python3 bench/torch_recorder_identical.py record --tools OLD_TOOLS --out /tmp/a
     /usr/bin/python3 bench/torch_recorder_identical.py record --tools tools --out /tmp/b
-    /usr/bin/python3 bench/torch_recorder_identical.py compare /tmp/a /tmp/b
+    /usr/bin/python3 bench/torch_recorder_identical.py compare /tmp/a /tmp/b [--ignore-reference]
+
+Either recording may use either layout (docs/torch.md, "Dump format"): a tensor is a .npy file of its own
+("s3.param.0.weight.npy") or an entry of a rank's archive ("s3.npz/s3.param.0.weight.npy"); the comparison is by
+the tensor's .npy name inside its rank's folder, its bytes (the .npy file's, or the archive entry's) and its
+permission bits (the archive's), and the index.json files are compared as JSON with each tensor named by its .npy
+name (and without "version", which says the layout). --ignore-reference leaves the float64 reference out of both sides (its tensors and the index keys it sets:
+reference="auto" records it only where ddpcheck's own replay does not cover the run) and counts what it left out.
 
 The corpus: every tests/real_scripts/ script with each of its manifest cases (W=2), tools/examples/ddp_example.py
 (bn, mlp, float64 linear, no set_epoch) and the overhead bench's MLP (width 32, batch 16, with and without the
@@ -13,13 +20,13 @@ copy of --tools (examples_ddp_series.py gets a torch.manual_seed before its unse
 a change to the recorder's speed leaves its output unchanged (issue 16: identical before and after).
 """
 import argparse
-import filecmp
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PY = "/usr/bin/python3"
@@ -97,23 +104,81 @@ def record(tools, out):
                 sys.exit(1)
 
 
-def files(root):
-    out = set()
+REF_STEP_KEYS = ("ref_grads", "ref_rows", "microbatches", "autocast", "ref_loss", "ref_note")
+
+
+def is_reference(name):
+    """A float64 reference tensor's .npy name: s<k>.ref.<param>.npy."""
+    parts = name.split(".")
+    return len(parts) > 2 and parts[0][:1] == "s" and parts[0][1:].isdigit() and parts[1] == "ref"
+
+
+def tensors(root):
+    """{path of the tensor's .npy name under root: (bytes, st_mode)} for both layouts, and {index path: JSON}."""
+    out, indexes = {}, {}
     for d, _, names in os.walk(root):
-        out.update(os.path.relpath(os.path.join(d, n), root) for n in names)
-    return out
+        for n in names:
+            path = os.path.join(d, n)
+            rel = os.path.relpath(path, root)
+            mode = os.stat(path).st_mode
+            if n.endswith(".npz"):
+                with zipfile.ZipFile(path) as z:
+                    for e in z.infolist():
+                        out[os.path.join(os.path.dirname(rel), e.filename)] = (z.read(e), mode)
+            elif n == "index.json":
+                with open(path) as f:
+                    indexes[rel] = (json.load(f), mode)
+            else:
+                with open(path, "rb") as f:
+                    out[rel] = (f.read(), mode)
+    return out, indexes
 
 
-def compare(a, b):
-    fa, fb = files(a), files(b)
-    bad = sorted(fa ^ fb)
+def by_npy_name(v):
+    """The index with every tensor named by its .npy name ("s3.npz/s3.x.npy" -> "s3.x.npy")."""
+    if isinstance(v, dict):
+        return {k: by_npy_name(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [by_npy_name(x) for x in v]
+    if isinstance(v, str) and v.endswith(".npy") and ".npz/" in v:
+        return v.split("/", 1)[1]
+    return v
+
+
+def without_reference(ix):
+    ix = dict(ix)
+    ix["steps"] = [{k: v for k, v in st.items() if k not in REF_STEP_KEYS} for st in ix.get("steps", [])]
+    if isinstance(ix.get("protocol"), dict):
+        ix["protocol"] = {k: v for k, v in ix["protocol"].items() if k not in ("reference", "reference_note")}
+    return ix
+
+
+def compare(a, b, ignore_reference=False):
+    (ta, ia), (tb, ib) = tensors(a), tensors(b)
+    ignored = 0
+    if ignore_reference:
+        for t in (ta, tb):
+            for p in [p for p in t if is_reference(os.path.basename(p))]:
+                del t[p]
+                ignored += 1
+    bad = sorted(set(ta) ^ set(tb)) + sorted(set(ia) ^ set(ib))
     for p in bad[:20]:
-        print("only in %s: %s" % (a if p in fa else b, p))
-    differ = [p for p in sorted(fa & fb) if not filecmp.cmp(os.path.join(a, p), os.path.join(b, p), shallow=False)
-              or os.stat(os.path.join(a, p)).st_mode != os.stat(os.path.join(b, p)).st_mode]
+        print("only in %s: %s" % (a if p in ta or p in ia else b, p))
+    differ = [p for p in sorted(set(ta) & set(tb)) if ta[p] != tb[p]]
+    for p in sorted(set(ia) & set(ib)):
+        (ja, ma), (jb, mb) = ia[p], ib[p]
+        ja, jb = by_npy_name(ja), by_npy_name(jb)
+        for j in (ja, jb):
+            j.pop("version", None)  # the layout's number (1: a .npy file per tensor, 2: archives)
+        if ignore_reference:
+            ja, jb = without_reference(ja), without_reference(jb)
+        if ja != jb or ma != mb:
+            differ.append(p)
     for p in differ[:20]:
         print("differs: %s" % p)
-    print("%d files compared, %d only on one side, %d differ" % (len(fa & fb), len(bad), len(differ)))
+    print("%d tensors and %d indexes compared, %d only on one side, %d differ%s"
+          % (len(set(ta) & set(tb)), len(set(ia) & set(ib)), len(bad), len(differ),
+             ", %d reference tensors left out" % ignored if ignore_reference else ""))
     return 0 if not bad and not differ else 1
 
 
@@ -126,11 +191,13 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--ignore-reference", action="store_true",
+                   help="leave the float64 reference tensors and index keys out of both sides")
     args = ap.parse_args()
     if args.cmd == "record":
         record(args.tools, args.out)
     else:
-        sys.exit(compare(args.a, args.b))
+        sys.exit(compare(args.a, args.b, args.ignore_reference))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #include "core/dump_index.h"
 #include "core/finite.h"
 #include "core/json_reader.h"
-#include "core/npy.h"
+#include "core/npy_archive.h"
 #include "core/sampler.h"
 
 namespace ddpcheck::core {
@@ -63,13 +63,12 @@ Status MergeRowsSeen(const nlohmann::json& ds, const Tensor& x, const Tensor& y,
   return Status::Ok();
 }
 
-// Loads the .npy files of a {name: file} object into the trace at (step, checkpoint, prefix + name, rank).
-Status LoadGroup(const TorchDumpRank& r, const nlohmann::json& files, int64_t step, Checkpoint c,
-                 const std::string& prefix, Trace* trace, std::map<std::string, Tensor>* keep = nullptr) {
+// Loads the tensors of a {name: file} object into the trace at (step, checkpoint, prefix + name, rank).
+Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& files, int64_t step,
+                 Checkpoint c, const std::string& prefix, Trace* trace) {
   for (const auto& [name, file] : files.items()) {
     Tensor t;
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + file.get<std::string>(), &t));
-    if (keep) (*keep)[name] = t;
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(file.get<std::string>(), &t));
     trace->Add({step, c, prefix + name, r.rank}, std::move(t));
   }
   return Status::Ok();
@@ -163,8 +162,9 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
     if (!r.index.contains("dataset")) continue;
     const auto& ds = r.index.at("dataset");
     Tensor x, y;
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + ds.at("x").get<std::string>(), &x));
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(r.dir + "/" + ds.at("y").get<std::string>(), &y));
+    DumpTensorFiles tensors(r.dir);
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(ds.at("x").get<std::string>(), &x));
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(ds.at("y").get<std::string>(), &y));
     if (s->data.x.data.empty() || ds.value("complete", false)) {
       s->data.x = x;
       s->data.y = y;
@@ -227,7 +227,8 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
       event.message = r->error;
       trace->AddEvent(event);
     }
-    DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, ix.at("init"), 0, Checkpoint::kInit, "", trace));
+    DumpTensorFiles tensors(r->dir);
+    DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, ix.at("init"), 0, Checkpoint::kInit, "", trace));
     const auto& steps = ix.at("steps");
     r->steps = static_cast<int64_t>(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -236,7 +237,7 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
       Status step_ok = IndexInt(st.at("step"), JsonPath(JsonPath("/steps", i), "step"), 0, kMaxSteps, &s);
       if (!step_ok.ok()) return step_ok.Prefixed(index_path);
       Tensor idx;
-      DDPCHECK_RETURN_IF_ERROR(ReadNpy(r->dir + "/" + st.at("indices").get<std::string>(), &idx));
+      DDPCHECK_RETURN_IF_ERROR(tensors.Read(st.at("indices").get<std::string>(), &idx));
       idx.dtype = DType::kInt64;
       trace->Add({s, Checkpoint::kSampler, "indices", rank}, std::move(idx));
       DType dt = DType::kFloat32;
@@ -246,14 +247,14 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace
       }
       trace->Add({s, Checkpoint::kLr, "lr", rank}, Tensor::Scalar(st.at("lr").get<double>()));
       if (st.contains("forward_buffers")) {
-        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "", trace));
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "", trace));
       }
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("grads"), s, Checkpoint::kReduced, "", trace));
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("params"), s, Checkpoint::kParams, "", trace));
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("grads"), s, Checkpoint::kReduced, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
       const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
       for (const auto& [state, files] : optimizer_state.items()) {
-        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, files, s, Checkpoint::kParams, "opt." + state + ".", trace));
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, files, s, Checkpoint::kParams, "opt." + state + ".", trace));
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -1,7 +1,7 @@
-// TorchDump: a real PyTorch DDP run recorded by tools/ddpcheck_torch.py (one folder per rank: index.json + .npy
-// files; format in docs/torch.md), read back as a Trace with the same keys every backend records, plus the
-// Scenario that replays it (same model, inline initial state and data, sampler, DDP options, optimizer,
-// schedulers, precision).
+// TorchDump: a real PyTorch DDP run recorded by tools/ddpcheck_torch.py (one folder per rank: index.json + the
+// tensors, in per-step .npz archives or .npy files: core/npy_archive.h; format in docs/torch.md), read back as a
+// Trace with the same keys every backend records, plus the Scenario that replays it (same model, inline initial
+// state and data, sampler, DDP options, optimizer, schedulers, precision).
 #pragma once
 
 #include <string>
@@ -40,8 +40,8 @@ struct TorchDump {
 };
 
 // Reads and validates DIR. Errors (exit 2) name the file: a missing rank ("DIR/rank1/index.json: not found:
-// world_size is 2 but rank 1 left no index"), a truncated or unreadable .npy (ReadNpy's message), a step
-// count that differs between ranks that did not fail, an index of another format or an unknown layer.
+// world_size is 2 but rank 1 left no index"), a truncated or unreadable archive or .npy (naming the file and
+// the entry), a step count that differs between ranks that did not fail, an index of another format or an unknown layer.
 Status ReadTorchDump(const std::string& dir, TorchDump* out);
 
 }  // namespace ddpcheck::core

@@ -52,7 +52,7 @@ const char* Describe(Is is) {
     case Is::kStringOrNull: return "must be a string or null";
     case Is::kNumberOrNull: return "must be a number or null";
     case Is::kIntOrNull: return "must be an integer or null";
-    case Is::kStringMap: return "must be an object of name -> .npy file name (strings)";
+    case Is::kStringMap: return "must be an object of name -> tensor file (strings: \"s3.npz/s3.x.npy\" or \"s3.x.npy\")";
     case Is::kIntArray: return "must be an array of integers";
   }
   return "";

@@ -1,11 +1,11 @@
-// LoadProtocolRecords: the recorder's protocol records (index keys + .npy files) as ProtocolRecords.
+// LoadProtocolRecords: the recorder's protocol records (index keys + the tensors it names) as ProtocolRecords.
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "core/dump_protocol.h"
-#include "core/npy.h"
+#include "core/npy_archive.h"
 #include "core/optimizer.h"
 
 namespace ddpcheck::core {
@@ -16,15 +16,15 @@ std::string Str(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>() : std::string();
 }
 
-Status LoadFiles(const std::string& dir, const nlohmann::json& files, std::map<std::string, Tensor>* out) {
+Status LoadFiles(DumpTensorFiles& tensors, const nlohmann::json& files, std::map<std::string, Tensor>* out) {
   for (const auto& [name, file] : files.items()) {
     if (!file.is_string()) continue;
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file.get<std::string>(), &(*out)[name]));
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(file.get<std::string>(), &(*out)[name]));
   }
   return Status::Ok();
 }
 
-Status LoadStep(const std::string& dir, const std::string& type, const nlohmann::json& st, ProtocolStep* s) {
+Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const nlohmann::json& st, ProtocolStep* s) {
   s->step = st.at("step").get<int64_t>();
   s->epoch = st.value("epoch", int64_t{0});
   s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
@@ -46,16 +46,16 @@ Status LoadStep(const std::string& dir, const std::string& type, const nlohmann:
     }
     s->groups.push_back(spec);
   }
-  DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("grads"), &s->grads));
-  DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("params"), &s->params));
-  if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, st.at("ref_grads"), &s->ref_grads));
+  DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("grads"), &s->grads));
+  DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("params"), &s->params));
+  if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("ref_grads"), &s->ref_grads));
   const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // keep it alive
   for (const auto& [state, files] : optimizer_state.items()) {
-    DDPCHECK_RETURN_IF_ERROR(LoadFiles(dir, files, &s->opt_state[state]));
+    DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, files, &s->opt_state[state]));
   }
   s->opt_counts = st.value("optimizer_step_counts", std::map<std::string, double>{});
   Tensor idx;
-  DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + st.at("indices").get<std::string>(), &idx));
+  DDPCHECK_RETURN_IF_ERROR(tensors.Read(st.at("indices").get<std::string>(), &idx));
   for (double v : idx.data) s->indices.push_back(static_cast<int64_t>(v));
   s->buckets_recorded = st.contains("buckets");
   const nlohmann::json buckets = st.value("buckets", nlohmann::json::array());
@@ -63,10 +63,10 @@ Status LoadStep(const std::string& dir, const std::string& type, const nlohmann:
     ProtocolBucket pb;
     pb.index = b.at("index").get<int64_t>();
     pb.params = b.at("params").get<std::vector<int>>();
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + b.at("local").get<std::string>(), &pb.local));
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("local").get<std::string>(), &pb.local));
     if (b.contains("reduced") && b.at("reduced").is_string()) {
       Tensor t;
-      DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + b.at("reduced").get<std::string>(), &t));
+      DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("reduced").get<std::string>(), &t));
       pb.reduced = std::move(t);
     }
     s->buckets.push_back(std::move(pb));
@@ -176,11 +176,12 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     pr.rank = r.rank;
     pr.failed = r.failed;
     try {
-      DDPCHECK_RETURN_IF_ERROR(LoadFiles(r.dir, r.index.at("init"), &pr.init));
+      DumpTensorFiles tensors(r.dir);
+      DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, r.index.at("init"), &pr.init));
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
       for (const auto& st : r.index.at("steps")) {
         ProtocolStep s;
-        DDPCHECK_RETURN_IF_ERROR(LoadStep(r.dir, out->optimizer_type, st, &s));
+        DDPCHECK_RETURN_IF_ERROR(LoadStep(tensors, out->optimizer_type, st, &s));
         pr.steps.push_back(std::move(s));
       }
     } catch (const nlohmann::json::exception& e) {

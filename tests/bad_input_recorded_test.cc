@@ -2,9 +2,18 @@
 // Each case starts from a valid recording (a dump written here as tools/ddpcheck_torch.py writes one, a trace
 // written by `ddpcheck run --dump-trace`), damages one value, and asserts exit 2 with one line naming the
 // file and the JSON pointer; NaN or inf in a recorded tensor is a finding: exit 1, "non-finite value in".
+// A dump's tensors in archives (one stored zip per step, docs/torch.md): every truncation and every byte flip
+// of an archive gives the tensor it held or one line naming the archive and the entry, never another value;
+// hostile headers (compression, zip64, sizes past the file, a missing entry) exit 2 naming both; the damaged
+// recorder dumps committed in tests/bad_input/dump_*/ exit 2 naming the file and the entry.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/npy.h"
+#include "core/npy_archive.h"
 #include "test_util.h"
 
 namespace ddpcheck {
@@ -63,6 +73,66 @@ void ExpectNamed(const testing::CliResult& o, int code, const std::vector<std::s
   EXPECT_EQ(o.exit_code, code) << o.err;
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << "not one line:\n" << o.err;
   for (const auto& n : names) EXPECT_NE(o.err.find(n), std::string::npos) << "does not name '" << n << "':\n" << o.err;
+}
+
+std::string Le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return out;
+}
+
+// A stored zip of (name, bytes), laid out as tools/ddpcheck_torch.py writes one.
+std::string StoredZip(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string out, directory;
+  for (const auto& [name, data] : entries) {
+    const uint32_t crc = core::Crc32(data.data(), data.size());
+    const std::string common = Le(0, 2) + Le(0, 2) + Le(0, 2) + Le(0x21, 2) + Le(crc, 4) + Le(data.size(), 4) +
+                               Le(data.size(), 4) + Le(name.size(), 2) + Le(0, 2);
+    directory += Le(0x02014b50, 4) + Le(0x0314, 2) + Le(20, 2) + common + Le(0, 2) + Le(0, 2) + Le(0, 2) +
+                 Le(0100644u << 16, 4) + Le(out.size(), 4) + name;
+    out += Le(0x04034b50, 4) + Le(20, 2) + common + name + data;
+  }
+  return out + directory + Le(0x06054b50, 4) + Le(0, 4) + Le(entries.size(), 2) + Le(entries.size(), 2) +
+         Le(directory.size(), 4) + Le(out.size(), 4) + Le(0, 2);
+}
+
+// The index with every tensor file F renamed to ARCHIVE/F, ARCHIVE = archive_of(F) (F itself when that is "").
+void RenameFiles(json* v, const std::function<std::string(const std::string&)>& archive_of) {
+  if (v->is_object() || v->is_array()) {
+    for (auto& x : *v) RenameFiles(&x, archive_of);
+  } else if (v->is_string() && v->get<std::string>().ends_with(".npy")) {
+    const std::string archive = archive_of(v->get<std::string>());
+    if (!archive.empty()) *v = archive + "/" + v->get<std::string>();
+  }
+}
+
+// The little-endian number of `bytes` bytes at b[at].
+uint64_t LoadLe(const std::string& b, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+// WriteDump's dump in the archive layout: init.npz, s0.npz, dataset.npz (every .npy file moved into the archive
+// its name starts with); `keep` stays a .npy file of its own (the mixed layout of a tensor too large for one).
+json WriteArchiveDump(const std::string& dir, const std::string& keep = "") {
+  json ix = WriteDump(dir);
+  const std::string r = dir + "/rank0";
+  auto archive_of = [](const std::string& f) { return f.substr(0, f.find('.')) + ".npz"; };
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> archives;
+  for (const auto& e : std::filesystem::directory_iterator(r)) {
+    const std::string f = e.path().filename();
+    if (!f.ends_with(".npy") || f == keep) continue;
+    archives[archive_of(f)].push_back({f, testing::ReadFile(e.path())});
+    std::filesystem::remove(e.path());
+  }
+  for (auto& [a, entries] : archives) {
+    std::sort(entries.begin(), entries.end());
+    testing::WriteFile(r + "/" + a, StoredZip(entries));
+  }
+  RenameFiles(&ix, [&](const std::string& f) { return f == keep ? std::string() : archive_of(f); });
+  testing::WriteFile(r + "/index.json", ix.dump(1));
+  return ix;
 }
 
 TEST(BadRecordedInput, UndamagedHandWrittenDumpIsRead) {
@@ -122,6 +192,128 @@ TEST(BadRecordedInput, DeeplyNestedDumpIndexExits2) {
   WriteDump(dir.path());
   testing::WriteFile(dir.File("rank0/index.json"), "{\"format\": " + std::string(100000, '['));
   ExpectNamed(testing::RunCli("torch-compare -q '" + dir.path() + "'"), 2, {"index.json", "nested"});
+}
+
+TEST(BadRecordedInput, ArchiveDumpAndMixedLayoutAreRead) {
+  for (const std::string keep : {"", "s0.param.0.weight.npy"}) {
+    SCOPED_TRACE("kept as a .npy file: " + keep);
+    TempDir dir;
+    const json ix = WriteArchiveDump(dir.path(), keep);
+    EXPECT_EQ(ix["steps"][0]["grads"]["0.weight"], "s0.npz/s0.grad.0.weight.npy");
+    EXPECT_EQ(ix["steps"][0]["params"]["0.weight"], keep.empty() ? "s0.npz/s0.param.0.weight.npy" : keep);
+    testing::CliResult o = testing::RunCli("torch-compare --no-replay -q '" + dir.path() + "'");
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+  }
+}
+
+// Every tensor of rank 0's s0.npz read through a fresh reader: OK with the undamaged values, or one error line
+// naming the archive and the entry. Returns how many failed.
+int ExpectValueOrOneLine(const std::string& r, const std::map<std::string, core::Tensor>& want,
+                         const std::string& what) {
+  core::DumpTensorFiles files(r);
+  int failed = 0;
+  for (const auto& [entry, t] : want) {
+    core::Tensor got;
+    const core::Status st = files.Read("s0.npz/" + entry, &got);
+    if (st.ok()) {
+      EXPECT_EQ(got.data, t.data) << what << ": " << entry << " read as another value";
+      EXPECT_EQ(got.shape, t.shape) << what << ": " << entry;
+      continue;
+    }
+    ++failed;
+    EXPECT_EQ(st.message().find('\n'), std::string::npos) << what << ": " << st.message();
+    EXPECT_NE(st.message().find(r + "/s0.npz: "), std::string::npos) << what << ": " << st.message();
+    EXPECT_NE(st.message().find("entry '"), std::string::npos) << what << ": " << st.message();
+    EXPECT_NE(core::ExitCodeFor(st), 3) << what << ": " << st.message();
+  }
+  return failed;
+}
+
+TEST(BadRecordedInput, EveryTruncationAndByteFlipOfAnArchiveGivesTheValueOrOneLineNamingArchiveAndEntry) {
+  TempDir dir;
+  WriteArchiveDump(dir.path());
+  const std::string r = dir.File("rank0"), path = r + "/s0.npz", good = testing::ReadFile(path);
+  std::map<std::string, core::Tensor> want;
+  for (const std::string e : {"s0.indices.npy", "s0.grad.0.weight.npy", "s0.grad.0.bias.npy", "s0.param.0.weight.npy",
+                              "s0.param.0.bias.npy"}) {
+    core::DumpTensorFiles files(r);
+    ASSERT_TRUE(files.Read("s0.npz/" + e, &want[e]).ok()) << e;
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    testing::WriteFile(path, good.substr(0, n));
+    EXPECT_EQ(ExpectValueOrOneLine(r, want, "truncated to " + std::to_string(n) + " bytes"), 5);
+  }
+  int failed = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (unsigned char x : {0x01, 0xff}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ x);
+      testing::WriteFile(path, bad);
+      failed += ExpectValueOrOneLine(r, want, "byte " + std::to_string(i) + " ^ " + std::to_string(x)) > 0;
+    }
+  }
+  EXPECT_GT(failed, static_cast<int>(good.size()));  // most flips are seen (the rest hit fields no reader uses)
+}
+
+TEST(BadRecordedInput, HostileArchiveHeadersExit2NamingTheArchiveAndTheEntry) {
+  // Offsets into the first local header (at 0) and the first central directory entry (at cd, from the end record).
+  struct Case {
+    std::string what;
+    std::function<void(std::string*, size_t cd)> damage;
+    std::string says;
+  };
+  auto put = [](std::string* b, size_t at, uint64_t v, int n) { b->replace(at, n, Le(v, n)); };
+  const std::vector<Case> cases = {
+      {"compressed", [&](std::string* b, size_t cd) { put(b, 8, 8, 2); put(b, cd + 10, 8, 2); }, "compressed (method 8)"},
+      {"zip64 directory", [&](std::string* b, size_t) { put(b, b->size() - 6, 0xffffffff, 4); }, "zip64"},
+      {"entry size past the file", [&](std::string* b, size_t cd) { put(b, cd + 20, 0xfffffff0, 4); put(b, cd + 24, 0xfffffff0, 4); },
+       "truncated"},
+      {"65000 entries in a small directory", [&](std::string* b, size_t) { put(b, b->size() - 12, 65000, 2); put(b, b->size() - 14, 65000, 2); },
+       "malformed zip archive"},
+      {"local header offset past the directory", [&](std::string* b, size_t cd) { put(b, cd + 42, 0x7fffffff, 4); }, "no local header"},
+      {"bad CRC", [&](std::string* b, size_t cd) { put(b, cd + 16, 0x12345678, 4); }, "CRC-32"},
+      {"not a zip", [&](std::string* b, size_t) { *b = std::string(100, 'x'); }, "not a zip archive"},
+  };
+  TempDir dir;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::filesystem::remove_all(dir.File("d"));
+    WriteArchiveDump(dir.File("d"));
+    const std::string path = dir.File("d/rank0/s0.npz");
+    std::string b = testing::ReadFile(path);
+    c.damage(&b, LoadLe(b, b.size() - 6, 4));
+    testing::WriteFile(path, b);
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"rank0/s0.npz: ", "entry 's0.", c.says});
+  }
+  for (const auto& [pointer, says] : std::vector<std::pair<std::string, std::string>>{
+           {"/steps/0/params/0.weight", "s0.npz: entry 'nope.npy': no such entry"},
+           {"/init/0.weight", "s7.npz: no such file"}}) {
+    SCOPED_TRACE(pointer);
+    std::filesystem::remove_all(dir.File("d"));
+    json ix = WriteArchiveDump(dir.File("d"));
+    ix[json::json_pointer(pointer)] = pointer.starts_with("/init") ? "s7.npz/init.0.weight.npy" : "s0.npz/nope.npy";
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {says});
+  }
+}
+
+// Recorder dumps (one rank, Linear(2, 1), SGD, two steps: tools/ddpcheck_torch.py without a process group),
+// damaged and committed: tests/bad_input/dump_<case>/, with what the error line must say in expect.txt.
+TEST(BadRecordedInput, CommittedDamagedRecorderDumpsExit2NamingTheArchiveAndTheEntry) {
+  const std::string corpus = std::string(DDPCHECK_SOURCE_DIR) + "/tests/bad_input";
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
+    if (!entry.is_directory() || !entry.path().filename().string().starts_with("dump_")) continue;
+    SCOPED_TRACE(entry.path().string());
+    ++n;
+    std::vector<std::string> says;
+    std::istringstream lines(testing::ReadFile(entry.path() / "expect.txt"));
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) says.push_back(line);
+    }
+    ExpectNamed(testing::RunCli("torch-compare -q '" + entry.path().string() + "'"), 2, says);
+  }
+  EXPECT_GE(n, 3);
 }
 
 TEST(BadRecordedInput, NanOrInfInADumpedTensorIsAFindingNamingTensorStepAndRank) {

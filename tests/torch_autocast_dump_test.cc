@@ -53,11 +53,23 @@ if __name__ == "__main__":
 )";
 
 // Copies tmp's dump to dump<suffix>, runs the Python statement `edit` on each rank (`rd`: the rank's folder
-// of the copy, `ix`: its index.json, written back), and torch-compares the copy: (exit code, first divergence).
+// of the copy, `ix`: its index.json, written back; `scale(rd, file, k)` multiplies the tensor the index names
+// `file`, an archive entry or a .npy file, by k), and torch-compares the copy: (exit code, first divergence).
 std::pair<int, nlohmann::json> ComparePerturbed(const testing::TempDir& tmp, const std::string& suffix,
                                                 const std::string& edit) {
   const std::string copy = tmp.File("dump" + suffix);
-  const std::string cmd = "/usr/bin/python3 -c \"import json, numpy as np, shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2])\n"
+  const std::string cmd = "/usr/bin/python3 -c \"import io, json, numpy as np, shutil, sys, zipfile\n"
+                          "def scale(rd, f, k):\n"
+                          "    z, e = f.split('/', 1) if '.npz/' in f else (None, f)\n"
+                          "    if z is None:\n"
+                          "        a = np.load(rd + '/' + f); np.save(rd + '/' + f, (a * k).astype(a.dtype)); return\n"
+                          "    with zipfile.ZipFile(rd + '/' + z) as src: items = [(i.filename, src.read(i)) for i in src.infolist()]\n"
+                          "    with zipfile.ZipFile(rd + '/' + z, 'w') as out:\n"
+                          "        for n, d in items:\n"
+                          "            if n == e:\n"
+                          "                a = np.load(io.BytesIO(d)); b = io.BytesIO(); np.save(b, (a * k).astype(a.dtype)); d = b.getvalue()\n"
+                          "            out.writestr(n, d)\n"
+                          "shutil.copytree(sys.argv[1], sys.argv[2])\n"
                           "for r in (0, 1):\n"
                           "    rd = sys.argv[2] + '/rank%d' % r; ix = json.load(open(rd + '/index.json'))\n"
                           "    " + edit + "\n"
@@ -90,7 +102,7 @@ TEST(AutocastDump, IsReplayedWithAutocastCleanPassesAPerturbedLossOrParameterIsC
 
   // A parameter of step 2 scaled by 1 + 1e-2 on both ranks: the ranks agree, the optimizer update does not.
   const auto [param_rc, param_first] = ComparePerturbed(
-      tmp, ".p", "f = rd + '/' + ix['steps'][2]['params']['0.weight']; a = np.load(f); np.save(f, (a * 1.01).astype(a.dtype))");
+      tmp, ".p", "scale(rd, ix['steps'][2]['params']['0.weight'], 1.01)");
   EXPECT_EQ(param_rc, 1);
   EXPECT_EQ(param_first.value("step", -1), 2) << param_first.dump();
 }

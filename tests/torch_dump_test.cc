@@ -1,14 +1,18 @@
 // Bad dumps give a clear error naming the file and exit 2 (`ddpcheck torch-compare`): a missing rank, a
-// truncated .npy, mismatched step counts, a folder that is not a dump. The first two cases need no torch; the
-// others damage a real dump (ctest label `torch`, skipped without /usr/bin/python3 + torch).
+// truncated archive or .npy, mismatched step counts, a folder that is not a dump. The first two cases need no
+// torch; the others damage a real dump (ctest label `torch`, skipped without /usr/bin/python3 + torch). A real
+// dump unpacked into the per-tensor layout of older recordings (one .npy file per tensor) is read the same.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/dump.h"
+#include "core/npy_archive.h"
 #include "tests/test_util.h"
 #include "tests/torch_test_util.h"
 
@@ -84,13 +88,46 @@ TEST_F(TorchBadDump, MissingRankExits2NamingIt) {
   EXPECT_NE(r.err.find("rank1/index.json: not found"), std::string::npos) << r.err;
 }
 
-TEST_F(TorchBadDump, TruncatedNpyExits2NamingTheFile) {
-  const std::string file = dump_ + "/rank1/s1.grad.0.weight.npy";
+// Cuts the last 12 bytes of dump_'s `file`: torch-compare exits 2 saying each of `says`.
+void ExpectTruncationNamed(const std::string& file, const std::vector<std::string>& says) {
   fs::resize_file(file, fs::file_size(file) - 12);
-  const auto r = Compare();
+  const auto r = testing::RunCli("torch-compare '" + fs::path(file).parent_path().parent_path().string() + "'");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("s1.grad.0.weight.npy"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
+  for (const auto& s : says) EXPECT_NE(r.err.find(s), std::string::npos) << r.err;
+}
+
+TEST_F(TorchBadDump, TruncatedArchiveExits2NamingTheFileAndEntry) {
+  ExpectTruncationNamed(dump_ + "/rank1/s1.npz", {"rank1/s1.npz: truncated", "(reading entry 's1.indices.npy')"});
+}
+
+// The rank folder in the per-tensor layout: every archive entry as a .npy file of its own, the index naming it.
+void Unpack(const std::string& rank_dir) {
+  for (const auto& e : fs::directory_iterator(rank_dir)) {
+    if (e.path().extension() != ".npz") continue;
+    const std::string bytes = testing::ReadFile(e.path());
+    std::map<std::string, core::ZipEntry> entries;
+    ASSERT_TRUE(core::ParseStoredZip(bytes, &entries).ok()) << e.path();
+    for (const auto& [name, z] : entries) testing::WriteFile(rank_dir + "/" + name, bytes.substr(z.offset, z.size));
+    fs::remove(e.path());
+  }
+  std::string index = testing::ReadFile(rank_dir + "/index.json");
+  for (size_t at; (at = index.find(".npz/")) != std::string::npos;) {
+    index.erase(index.rfind('"', at) + 1, at + 5 - index.rfind('"', at) - 1);  // "s3.npz/s3.x.npy" -> "s3.x.npy"
+  }
+  testing::WriteFile(rank_dir + "/index.json", index);
+}
+
+TEST_F(TorchBadDump, PerTensorLayoutOfOlderRecordingsIsRead) {
+  for (const char* r : {"/rank0", "/rank1"}) Unpack(dump_ + r);
+  ASSERT_FALSE(fs::exists(dump_ + "/rank1/s1.npz"));
+  ASSERT_TRUE(fs::exists(dump_ + "/rank1/s1.grad.0.weight.npy"));
+  const auto r = Compare();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
+TEST_F(TorchBadDump, TruncatedNpyOfThePerTensorLayoutExits2NamingTheFile) {
+  Unpack(dump_ + "/rank1");
+  ExpectTruncationNamed(dump_ + "/rank1/s1.grad.0.weight.npy", {"s1.grad.0.weight.npy", "truncated"});
 }
 
 TEST_F(TorchBadDump, MismatchedStepsExit2NamingTheRanks) {

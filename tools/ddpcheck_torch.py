@@ -21,18 +21,21 @@ ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. 
 lines: it is the one module users import, holding the recorder, its file writer and the replay's description of
 the run.)
 
-Each rank writes OUT_DIR/rank<r>/index.json plus .npy files. An exception inside the `with` block is recorded
-in the index ("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump.
-A step's .npy files are written by a background thread from the recorder's own copies (close() waits for it; a
-failed write is raised by a later rec.step() or by close(), and recorded like an error at the step it belongs to).
+Each rank writes OUT_DIR/rank<r>/index.json plus one archive per step (s<k>.npz: an uncompressed zip of .npy
+files, np.load reads it) and init.npz, dataset.npz. An exception inside the `with` block is recorded in the index
+("error") before it propagates, so a rank that failed (a collective timeout) still leaves a dump. A step's archive
+is written by a background thread from the recorder's own copies (close() waits for it; a failed write is raised
+by a later rec.step() or by close(), and recorded like an error at the step it belongs to).
 """
 import collections
 import io
 import json
 import math
 import os
+import struct
 import sys
 import threading
+import zlib
 
 import numpy as np
 import torch
@@ -42,7 +45,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddpcheck_torch_protocol as _protocol  # noqa: E402
 
 FORMAT = "ddpcheck-torch-dump"
-VERSION = 1
+VERSION = 2  # 2: the tensors in per-step archives (version 1: one .npy file per tensor; ddpcheck reads both)
+# An archive (a stored zip without zip64, docs/torch.md) stays below 4 GiB; a tensor that would take it past
+# this is written as a .npy file of its own (the index names each tensor's file, so both layouts mix).
+ARCHIVE_LIMIT = (1 << 32) - (1 << 24)
 
 _SCHEDULERS = {
     "StepLR": ("step", {"step_size": "step_size", "gamma": "gamma"}),
@@ -161,14 +167,16 @@ def _scheduler(s):
 
 
 class _Writer:
-    """Writes the recorder's .npy files on a background thread, so a step does not wait on the file system.
-    put() hands over a batch of (path, array), arrays nobody changes any more (the recorder's own copies), with
-    the step they belong to and what to call once they are written (`done`, on the writer thread); at most
-    `limit` bytes wait to be written (put blocks beyond that). The first failed write is kept in `failure` as
+    """Writes the recorder's files on a background thread, so a step does not wait on the file system.
+    put() hands over a batch: an archive path and the (entry name, array) pairs it holds, plus (path, array)
+    pairs written as .npy files of their own, arrays nobody changes any more (the recorder's own copies), with the
+    step they belong to and what to call once they are written (`done`, on the writer thread); at most `limit`
+    bytes wait to be written (put blocks beyond that). The first failed write is kept in `failure` as
     (step, exception) and raised by the next put(); close() writes what is left, joins the thread and raises
-    nothing (the recorder decides). The files are byte for byte np.save's: a C-contiguous array is written as
-    the header np.save gives its dtype and shape (made once, by numpy's own writer) followed by its memory, in
-    one writev; anything else by np.save itself."""
+    nothing (the recorder decides). An archive is an uncompressed zip (np.load reads it as an .npz): each entry
+    is byte for byte the .npy file np.save writes, and the whole archive goes out in one writev per 1024 pieces
+    (headers and the arrays' own memory, nothing copied). A C-contiguous array is its .npy header (made once per
+    dtype and shape by numpy's own writer) followed by its memory; anything else is np.save's bytes."""
 
     def __init__(self, limit=256 << 20):
         self._cv = threading.Condition()
@@ -181,14 +189,19 @@ class _Writer:
         self.failure = None  # (step, exception) of the first failed write
         self.raised = False  # whether put() raised it
 
+    @staticmethod
+    def _bytes(batch):
+        archive, entries, files = batch
+        return sum(a.nbytes for _, a in entries) + sum(a.nbytes for _, a in files)
+
     def put(self, batch, step, done=None):
-        size = sum(a.nbytes for _, a in batch)
+        size = self._bytes(batch)
         with self._cv:
             self._raise()
             while self._pending and self._pending + size > self._limit:
                 self._cv.wait()
                 self._raise()
-            if not batch:
+            if not batch[1] and not batch[2]:
                 return
             self._start()
             self._queue.append((batch, step, done, size))
@@ -198,7 +211,7 @@ class _Writer:
     def close(self, batch, step):
         """Writes `batch` and whatever is queued, then joins the thread."""
         with self._cv:
-            if batch:
+            if batch[1] or batch[2]:
                 self._queue.append((batch, step, None, 0))
             if self._queue:
                 self._start()
@@ -228,10 +241,12 @@ class _Writer:
                     self._cv.wait()
                 if not self._queue:
                     return
-                batch, step, done, size = self._queue[0]
+                (archive, entries, files), step, done, size = self._queue[0]
             try:
-                for path, array in batch:
-                    self._write(path, array)
+                if entries:
+                    self._write(archive, self._zip(entries))
+                for path, array in files:
+                    self._write(path, self._npy(array))
             except BaseException as e:  # noqa: BLE001 - handed to the recording thread
                 with self._cv:
                     self.failure = self.failure or (step, e)
@@ -243,27 +258,69 @@ class _Writer:
                 self._pending -= size
                 self._cv.notify_all()
 
-    def _write(self, path, a):
+    def _npy(self, a):
+        """The bytes np.save writes for a, as pieces: [header, memory] or [np.save's bytes]."""
         if not a.flags.c_contiguous or a.dtype.hasobject or a.dtype.fields is not None:
-            np.save(path, a)
-            return
+            buf = io.BytesIO()
+            np.save(buf, a)
+            return [buf.getvalue()]
         key = (a.dtype, a.shape)
         header = self._headers.get(key)
         if header is None:
             buf = io.BytesIO()
             np.lib.format.write_array(buf, a, allow_pickle=False)
             header = self._headers[key] = buf.getvalue()[:buf.tell() - a.nbytes]
-        data = a.reshape(-1).view(np.uint8)
+        return [header, a.reshape(-1).view(np.uint8)]
+
+    def _zip(self, entries):
+        """A stored (uncompressed) zip of the entries, as pieces: each entry's local header and .npy bytes, then the
+        central directory and its end record. Fixed timestamps (1980-01-01), so equal tensors give equal bytes;
+        no zip64: the recorder keeps an archive under 4 GiB and 65535 entries (ARCHIVE_LIMIT)."""
+        pieces, central, offset = [], [], 0
+        for name, a in entries:
+            data = self._npy(a)
+            size = sum(len(d) if isinstance(d, bytes) else d.nbytes for d in data)
+            crc = 0
+            for d in data:
+                crc = zlib.crc32(d, crc)
+            raw = name.encode("utf-8")
+            flags = 0 if raw.isascii() else 0x800  # bit 11: the name is UTF-8
+            pieces.append(_ZIP_LOCAL.pack(0x04034B50, 20, flags, 0, 0, _ZIP_DATE, crc, size, size, len(raw), 0) + raw)
+            pieces.extend(data)
+            central.append(_ZIP_CENTRAL.pack(0x02014B50, 0x0314, 20, flags, 0, 0, _ZIP_DATE, crc, size, size, len(raw),
+                                              0, 0, 0, 0, 0o100644 << 16, offset) + raw)
+            offset += len(pieces[-1 - len(data)]) + size
+        directory = b"".join(central)
+        pieces.append(directory + _ZIP_END.pack(0x06054B50, 0, 0, len(entries), len(entries), len(directory), offset,
+                                                0))
+        return pieces
+
+    @staticmethod
+    def _write(path, pieces):
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
         fd = os.open(path, flags, 0o666)
         try:
-            done = os.writev(fd, [header, data]) if hasattr(os, "writev") else 0
-            if done < len(header) + data.nbytes:  # a short write (or no writev): the rest, one write at a time
-                rest = memoryview(header + data.tobytes())[done:]
-                while rest:
-                    rest = rest[os.write(fd, rest):]
+            views = [v for v in (memoryview(p).cast("B") for p in pieces) if len(v)]
+            while views:
+                chunk = views[:1024]  # IOV_MAX
+                done = os.writev(fd, chunk) if hasattr(os, "writev") else os.write(fd, chunk[0])
+                if done <= 0:
+                    raise OSError("writing %s: the file system took no bytes" % path)
+                while done:  # drop what was written; a short write resumes inside a piece
+                    if done >= len(views[0]):
+                        done -= len(views[0])
+                        views.pop(0)
+                    else:
+                        views[0] = views[0][done:]
+                        done = 0
         finally:
             os.close(fd)
+
+
+_ZIP_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_ZIP_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_ZIP_END = struct.Struct("<IHHHHIIH")
+_ZIP_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the earliest date a zip holds
 
 
 class DdpRecorder:
@@ -285,7 +342,10 @@ class DdpRecorder:
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
         os.makedirs(self.dir, exist_ok=True)
         self._writer = _Writer()
-        self._out = []  # [(path, array)] for the writer, handed over at the end of __init__, step() and close()
+        # What the writer gets at the end of __init__, step() and close(): the archive those tensors go to
+        # ("init.npz", "s<k>.npz", "dataset.npz") with its [(entry, array)], and [(path, array)] of .npy files of
+        # their own (a tensor that would take the archive past ARCHIVE_LIMIT).
+        self._archive, self._entries, self._files, self._archive_bytes = "init.npz", [], [], 0
         self.no_replay = []  # why this run can only be checked by protocol
         self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
         self.loss = self._describe(lambda: describe_loss(loss_fn), None)
@@ -336,7 +396,7 @@ class DdpRecorder:
                        self.module.register_forward_pre_hook(self._on_module_forward)]
         if self.ref is not None and self.ref.user_loss is not None:
             self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
-        self._hand_over(0)  # the init files: the writer thread starts here
+        self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
 
     def _describe(self, fn, fallback):
         try:
@@ -387,20 +447,30 @@ class DdpRecorder:
             self.ref.on_forward(module, inputs)
 
     def _save(self, stem, t, owned=False):
-        """Queues t for OUT_DIR/rank<r>/<stem>.npy. owned: t is the recorder's own copy, which nothing changes
-        any more; else t is copied now, in the memory order np.save would write it in."""
-        path = stem + ".npy"
+        """Queues t as <stem>.npy, an entry of the current archive (OUT_DIR/rank<r>/<archive>.npz), and returns
+        how the index names it: "<archive>.npz/<stem>.npy"; a tensor that would take the archive past
+        ARCHIVE_LIMIT goes to OUT_DIR/rank<r>/<stem>.npy instead, named "<stem>.npy". owned: t is the recorder's
+        own copy, which nothing changes any more; else t is copied now, in the memory order np.save would write
+        it in."""
+        name = stem + ".npy"
         a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
         if not owned:
             a = np.array(a, order="F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C")
-        self._out.append((os.path.join(self.dir, path), a))
-        return path
+        size = a.nbytes + 2 * len(name.encode("utf-8")) + 4096  # the entry, its headers and its .npy header
+        if self._archive_bytes + size > ARCHIVE_LIMIT or len(self._entries) >= 65535:
+            self._files.append((os.path.join(self.dir, name), a))
+            return name
+        self._archive_bytes += size
+        self._entries.append((name, a))
+        return self._archive + "/" + name
 
-    def _hand_over(self, step, done=None):
-        """The files _save queued since the last call go to the writer thread as one batch: step's files (those
-        of __init__ count as step 0's: without them no step is usable); done() runs once they are written."""
-        out, self._out = self._out, []
-        self._writer.put(out, step, done)
+    def _hand_over(self, step, done=None, archive=None):
+        """What _save queued since the last call goes to the writer thread as one batch: step's archive (that of
+        __init__ counts as step 0's: without it no step is usable); done() runs once it is written. The next
+        tensors go to `archive`."""
+        batch = (os.path.join(self.dir, self._archive), self._entries, self._files)
+        self._archive, self._entries, self._files, self._archive_bytes = archive, [], [], 0
+        self._writer.put(batch, step, done)
 
     def _save_state(self, prefix, state, owned=False):
         return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v, owned) for k, v in state.items()}
@@ -417,7 +487,7 @@ class DdpRecorder:
             self._step(batch_indices, xb, yb, loss)
         finally:  # the step's files are written by the writer thread while training goes on
             ref, self._ref_grads = self._ref_grads, None
-            self._hand_over(s, None if ref is None else lambda: self.ref.recycle(ref))
+            self._hand_over(s, None if ref is None else lambda: self.ref.recycle(ref), "s%d.npz" % (s + 1))
 
     def _step(self, batch_indices, xb, yb, loss):
         s = len(self.steps)
@@ -492,6 +562,7 @@ class DdpRecorder:
     def close(self):
         for h in self._hooks:
             h.remove()
+        self._archive = "dataset.npz"  # the dataset's tensors (after the last step's archive was handed over)
         ix = self.index
         if self.sampler is not None:
             s = self.sampler
@@ -515,8 +586,9 @@ class DdpRecorder:
                 Y[i] = v
             ix["dataset"] = {"x": self._save("dataset.x", X), "y": self._save("dataset.y", Y),
                              "complete": len(self.x_rows) == n, "rows_seen": sorted(self.x_rows)}
-        out, self._out = self._out, []
-        self._writer.close(out, len(self.steps))  # every .npy is on disk before the index that names them
+        batch = (os.path.join(self.dir, self._archive), self._entries, self._files)
+        self._entries, self._files, self._archive_bytes = [], [], 0
+        self._writer.close(batch, len(self.steps))  # every file is on disk before the index that names them
         failed = self._writer.failure  # (step, exception) of a write that failed, the step's files incomplete
         if failed is not None:
             step, e = failed
