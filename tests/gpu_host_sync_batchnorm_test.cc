@@ -88,7 +88,8 @@ std::vector<T> Input(std::mt19937_64* rng, int64_t rows, const std::vector<doubl
   std::vector<T> x(static_cast<size_t>(rows * c));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t k = 0; k < c; ++k) {
-      x[static_cast<size_t>(r * c + k)] = static_cast<T>(offset[static_cast<size_t>(k)] + scale[static_cast<size_t>(k)] * d(*rng));
+      const auto kk = static_cast<size_t>(k);
+      x[static_cast<size_t>(r * c + k)] = static_cast<T>(offset[kk] + scale[kk] * d(*rng));
     }
   }
   return x;
@@ -108,7 +109,8 @@ std::vector<T> RowFromSums(const std::vector<T>& x, int64_t rows, int64_t c, T e
   for (int64_t k = 0; k < c; ++k) {
     const T sum = order(rows, [&](int64_t r) { return x[static_cast<size_t>(r * c + k)]; });
     const T mean = math::SyncBnLocalMean(sum, rows);
-    const T m2 = order(rows, [&](int64_t r) { return math::SyncBnSquaredDeviation(x[static_cast<size_t>(r * c + k)], mean); });
+    const T m2 =
+        order(rows, [&](int64_t r) { return math::SyncBnSquaredDeviation(x[static_cast<size_t>(r * c + k)], mean); });
     row[static_cast<size_t>(k)] = mean;
     row[static_cast<size_t>(c + k)] = math::SyncBnLocalInvstd(m2, rows, eps);
   }
@@ -204,7 +206,8 @@ void KernelOrderRowStaysWithinTheDerivedBound() {
       const long double di = std::fabs(static_cast<long double>(gpu[ki]) - ref[ki]);
       ASSERT_LE(dm, 2 * b.mean);
       ASSERT_LE(di, 2 * b.invstd_rel * inv);
-      worst = std::max({worst, static_cast<double>(dm / (2 * b.mean)), static_cast<double>(di / (2 * b.invstd_rel * inv))});
+      worst = std::max(
+          {worst, static_cast<double>(dm / (2 * b.mean)), static_cast<double>(di / (2 * b.invstd_rel * inv))});
     }
   }
   std::printf("%s: largest kernel-vs-reference difference of a row: %.3g of the derived bound\n",
@@ -350,7 +353,8 @@ void LayerMatchesTheReferenceBitwise(const LayerCase& lc) {
   const int64_t stride = core::SyncBnRowSize(c);
   std::vector<T> gathered;
   for (int r = 0; r < w; ++r) {
-    const std::vector<T> x(xs[static_cast<size_t>(r)].data(), xs[static_cast<size_t>(r)].data() + xs[static_cast<size_t>(r)].size());
+    const ref::Matrix<T>& xr = xs[static_cast<size_t>(r)];
+    const std::vector<T> x(xr.data(), xr.data() + xr.size());
     const std::vector<T> row = RowFromSums<T>(x, rows[static_cast<size_t>(r)], c, eps, &SequentialSum<T>);
     gathered.insert(gathered.end(), row.begin(), row.end());
   }
@@ -417,7 +421,8 @@ void GradSumsStayWithinTheDerivedBound() {
     const ref::RowVector<T> ref_dy_xmu = dym.cwiseProduct(xmu).colwise().sum();
     for (int64_t k = 0; k < c; ++k) {
       const T gpu_dy = KernelOrderSum<T>(rows, [&](int64_t r) { return dym(r, k); });
-      const T gpu_dy_xmu = KernelOrderSum<T>(rows, [&](int64_t r) { return math::SyncBnGradProduct(dym(r, k), xmu(r, k)); });
+      const T gpu_dy_xmu =
+          KernelOrderSum<T>(rows, [&](int64_t r) { return math::SyncBnGradProduct(dym(r, k), xmu(r, k)); });
       long double a1 = 0, a2 = 0;
       for (int64_t r = 0; r < rows; ++r) {
         a1 += std::fabs(static_cast<long double>(dym(r, k)));

@@ -104,8 +104,9 @@ TEST(GpuSyncBatchNorm, HybridPassesUnderAutocast) {
 }
 
 // What the GPU ranks all-gathered ("<layer>.gathered_stats": (W, 2C + 1) [mean, invstd, count] per rank) is what
-// the CPU world's ranks gathered: the counts exactly, mean and invstd to fp64 rounding (the kernels sum in another
-// order than the CPU).
+// the CPU world's ranks gathered: the counts exactly, mean and invstd within 1e-9 relatively (fp64: the kernels sum
+// in another order than the CPU, and 16 steps carry that rounding forward through the parameters; a statistic
+// computed in float32, or a row from the wrong rank, would be off by 1e-7 or far more).
 TEST(GpuSyncBatchNorm, GatheredStatisticsMatchTheCpuWorlds) {
   const core::Scenario s = SyncBnScenario(3, core::DType::kFloat64);
   core::Trace gpu, cpu;
@@ -126,7 +127,8 @@ TEST(GpuSyncBatchNorm, GatheredStatisticsMatchTheCpuWorlds) {
       if (count) {
         EXPECT_EQ(g->data[i], t.data[i]) << key.tensor << " [" << i << "]";
       } else {
-        EXPECT_NEAR(g->data[i], t.data[i], 1e-12 * std::max(1.0, std::abs(t.data[i]))) << key.tensor << " [" << i << "]";
+        const double tol = 1e-9 * std::max(1.0, std::abs(t.data[i]));
+        EXPECT_NEAR(g->data[i], t.data[i], tol) << key.tensor << " [" << i << "]";
       }
     }
     ++compared;
