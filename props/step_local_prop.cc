@@ -65,11 +65,13 @@ core::Scenario RandomScenario() {
   }
   s.epochs = 2;
   s.precision = *rc::gen::element(core::DType::kFloat64, core::DType::kFloat32);
-  // Autocast without a GradScaler (bfloat16 / float16) on float32 master weights, SyncBatchNorm aside.
+  // Autocast (bfloat16 / float16) with or without a GradScaler on float32 master weights, SyncBatchNorm aside.
   const bool syncbn = s.model.size() == 4 && s.model[1].type == "syncbatchnorm1d";
   if (s.precision == core::DType::kFloat32 && !syncbn && *rc::gen::arbitrary<bool>()) {
     s.amp.enabled = true;
-    s.amp.grad_scaler = false;
+    s.amp.grad_scaler = *rc::gen::arbitrary<bool>();
+    s.amp.init_scale = *rc::gen::element(1.0, 1024.0, 65536.0);
+    s.amp.growth_interval = *rc::gen::element<int64_t>(1, 2, 2000);
     s.amp.dtype = *rc::gen::element<std::string>("bf16", "fp16");
   }
   return s;
@@ -101,6 +103,7 @@ RC_GTEST_PROP(StepLocal, CleanSimRunsPassTheElementWiseBounds, ()) {
   RC_CLASSIFY(s.loss == "cross_entropy", "cross-entropy");
   RC_CLASSIFY(s.precision == core::DType::kFloat32, "float32");
   RC_CLASSIFY(s.amp.enabled, "autocast");
+  RC_CLASSIFY(s.amp.enabled && s.amp.grad_scaler, "grad-scaler");
 }
 
 }  // namespace

@@ -47,12 +47,18 @@ void RoundedToLow(core::DType low, const M* y, M* v, M* e) {
   *v = std::move(out);
 }
 
+// Half the spacing of the low type's subnormals: a rounding's absolute error where its relative one fails
+// (gradients underflow in float16: what loss scaling is for).
+double LowUnderflow(core::DType low) { return std::ldexp(1.0, low == core::DType::kFloat16 ? -25 : -134); }
+
 // A gradient autocast rounds to `low` in backward (the cast's backward, a low-precision layer's output): the
-// run rounds its value (within e of v), the replay its own, each by at most u_low of its magnitude.
+// run rounds its value (within e of v), the replay its own, each by at most u_low of its magnitude (or the
+// underflow's absolute error).
 void GradRoundedToLow(core::DType low, M* v, M* e) {
   const double ul = core::UnitRoundoff(low);
   RoundInPlace(v, low);
   *e += 2 * ul * (Abs(*v) + *e);
+  e->array() += 2 * LowUnderflow(low);
 }
 
 // op(a) op(b) for row-major a, b: through the BLAS for large products (reference/blas.h), else Eigen. Bounds
@@ -450,16 +456,23 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
     const double gB = low ? Gamma(B + 2, ul) : Gamma(B, u);
     const double gOut = low ? Gamma(static_cast<double>(lin->out_features()) + 2, ul)
                             : Gamma(static_cast<double>(lin->out_features()), u);
+    // Each of the n products and sums in the low type may underflow: n + 2 times its absolute error.
+    const double eta = low ? LowUnderflow(*low) : 0.0;
     // e(dy)^T |x| + |dy|^T e(x) + e(dy)^T e(x) + g(B) |dy|^T |x| as two products.
-    const M edW = Mul(M(*ed + gB * Abs(*d)), true, Abs(c.in), false) + Mul(M(Abs(*d) + *ed), true, c.ein, false);
+    M edW = Mul(M(*ed + gB * Abs(*d)), true, Abs(c.in), false) + Mul(M(Abs(*d) + *ed), true, c.ein, false);
+    edW.array() += (B + 2) * eta;
     r->grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
     if (lin->has_bias()) {
-      const RV edb = ed->colwise().sum() + gB * Abs(*d).colwise().sum();
+      RV edb = ed->colwise().sum() + gB * Abs(*d).colwise().sum();
+      edb.array() += (B + 2) * eta;
       r->grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
     }
     dx = Mul(*d, false, W, false);
     edx = Mul(M(*ed + gOut * Abs(*d)), false, M(W.cwiseAbs()), false);
-    if (low) RoundInPlace(&dx, *low);
+    if (low) {
+      RoundInPlace(&dx, *low);
+      edx.array() += (static_cast<double>(lin->out_features()) + 2) * eta;
+    }
   } else if (std::holds_alternative<ReLU<double>>(layer)) {
     // Where the input's sign is uncertain (|x| <= e(x)) the run may have passed or blocked dy.
     const auto pass = (c.in.array() > 0).cast<double>();

@@ -10,7 +10,9 @@
 #include <variant>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include "core/amp.h"
 #include "core/train_loop.h"
 #include "reference/error_bounds.h"
 #include "reference/trainer.h"
@@ -63,6 +65,7 @@ class Replayer {
     h.load_state = [this](int64_t step, Model<double>* m, std::vector<core::ParamState<double>>* st) {
       return Load(step, m, st);
     };
+    h.load_scaler = [this](int64_t step, core::GradScaler* scaler) { return LoadScaler(step, scaler); };
     h.after_backward = [this](int64_t step, int rank, int64_t micro, const Model<double>& w, const Matrix<double>& x,
                               const Tensor& y) { AfterBackward(step, rank, micro, w, x, y); };
     h.before_optimizer = [this](int64_t step, const Model<double>& m, const std::vector<core::ParamState<double>>& st,
@@ -108,9 +111,14 @@ class Replayer {
       load("momentum_buffer", &ps.momentum_buffer);
       load("exp_avg", &ps.exp_avg);
       load("exp_avg_sq", &ps.exp_avg_sq);
-      if (s_.optimizer.type != "sgd") {  // state['step']: the steps so far in which the parameter had a grad
+      if (s_.optimizer.type != "sgd") {
+        // state['step']: the steps so far in which the parameter had a grad and the optimizer ran (a
+        // GradScaler skips a step whose gradients overflowed).
         int n = 0;
-        for (int64_t t = 0; t < step; ++t) n += Recorded(rec_, t, Checkpoint::kReduced, name) != nullptr;
+        for (int64_t t = 0; t < step; ++t) {
+          const Tensor* skipped = Recorded(rec_, t, Checkpoint::kScaler, "skipped");
+          n += Recorded(rec_, t, Checkpoint::kReduced, name) != nullptr && !(skipped && skipped->data.at(0) != 0);
+        }
         ps.step = static_cast<float>(n);
         if (n == 0) {
           ps.exp_avg.clear();
@@ -118,6 +126,24 @@ class Replayer {
         }
       }
     }
+    return core::Status::Ok();
+  }
+
+  // A GradScaler's state at the start of step s: the run's record of step s - 1 (its scale and growth tracker
+  // after update()), else the replay's own. The step's loss scale and 1/scale as the run used them.
+  core::Status LoadScaler(int64_t step, core::GradScaler* scaler) {
+    const Tensor* scale = step > 0 ? Recorded(rec_, step - 1, Checkpoint::kScaler, "scale") : nullptr;
+    const Tensor* tracker = step > 0 ? Recorded(rec_, step - 1, Checkpoint::kScaler, "growth_tracker") : nullptr;
+    if (scale && tracker && scale->numel() == 1 && tracker->numel() == 1) {
+      const nlohmann::json state = {{"scale", scale->data[0]},
+                                    {"growth_factor", s_.amp.growth_factor},
+                                    {"backoff_factor", s_.amp.backoff_factor},
+                                    {"growth_interval", s_.amp.growth_interval},
+                                    {"_growth_tracker", static_cast<int64_t>(tracker->data[0])}};
+      DDPCHECK_RETURN_IF_ERROR(scaler->LoadStateDict(state).Prefixed(fmt::format("step-local replay, step {}", step)));
+    }
+    loss_scale_ = scaler->scale();
+    inv_scale_ = scaler->inv_scale();
     return core::Status::Ok();
   }
 
@@ -132,7 +158,7 @@ class Replayer {
       return;
     }
     MicroBatchBounds mb;
-    const bool ok = MicroBatchErrorBounds(w, x, y, 1.0, u_, &mb);
+    const bool ok = MicroBatchErrorBounds(w, x, y, loss_scale_, u_, &mb);
     std::lock_guard<std::mutex> lock(sb_->mu);
     if (!ok) {
       sb_->ok = false;
@@ -160,7 +186,7 @@ class Replayer {
         ys.push_back(&st.y);
       }
       std::vector<MicroBatchBounds> mbs;
-      if (!GroupMicroBatchErrorBounds(models, xs, ys, 1.0, u_, &mbs)) {
+      if (!GroupMicroBatchErrorBounds(models, xs, ys, loss_scale_, u_, &mbs)) {
         sb_->ok = false;
         break;
       }
@@ -229,9 +255,16 @@ class Replayer {
           mag[k] += std::abs(gv[k]) / W;
         }
       }
+      // With a GradScaler the master's grad is already unscaled: the reduced one is it times the scale, and the
+      // unscaled one (what the optimizer reads) the reduced one times 1/scale, one more rounding.
       const double* g = m.grad_data(p);
-      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]);
+      const double to_reduced = scaled_ ? 1.0 / inv_scale_ : 1.0;
+      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]) * to_reduced;
       bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
+      if (scaled_) {
+        for (size_t k = 0; k < e.size(); ++k) e[k] = e[k] * inv_scale_ + u_ * std::abs(g[k]);
+        bounds_->Add({step, Checkpoint::kUnscaled, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
+      }
       std::vector<double> ep;
       std::map<std::string, std::vector<double>> estate;
       OptimizerErrorBounds(s_.optimizer, lr, m.param_data(p), g, e, n, st[pi], &state_err_[m.param_info(p).name], u_,
@@ -273,6 +306,8 @@ class Replayer {
   core::Trace* bounds_;
   core::Trace* values_ = nullptr;
   double u_;
+  const bool scaled_ = core::UsesGradScaler(s_.amp);
+  double loss_scale_ = 1.0, inv_scale_ = 1.0;  // the GradScaler's, this step
   std::unique_ptr<StepBounds> sb_;
   std::function<void(int64_t)> on_step_start_;
   // Per parameter: the error bound of optimizer state the replay carries on from its own previous step.
@@ -283,8 +318,8 @@ class Replayer {
 
 bool StepLocalSupported(const core::Scenario& s) {
   if (!s.amp.enabled) return true;
-  // Autocast without a GradScaler; SyncBatchNorm under autocast has no rules (error_bounds.h).
-  return !s.amp.grad_scaler && std::none_of(s.model.begin(), s.model.end(), [](const core::LayerSpec& l) {
+  // Autocast, with a GradScaler that does not clip; SyncBatchNorm under autocast has no rules (error_bounds.h).
+  return s.amp.clip_grad_norm == 0 && std::none_of(s.model.begin(), s.model.end(), [](const core::LayerSpec& l) {
     return l.type == "syncbatchnorm1d";
   });
 }
@@ -293,7 +328,7 @@ namespace {
 
 core::Status Replay(const core::Scenario& s, const core::Trace& recorded, core::Trace* values, core::Trace* bounds,
                     std::function<void(int64_t)> on_step_start) {
-  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: AMP with a GradScaler, or SyncBatchNorm under autocast, is not supported");
+  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: gradient clipping under AMP, or SyncBatchNorm under autocast, is not supported");
   core::Scenario s64 = s;
   s64.precision = core::DType::kFloat64;
   DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&s64));

@@ -18,10 +18,11 @@
 
 namespace ddpcheck::ref {
 
-// Whether ReplayStepLocal supports the scenario: no AMP, or autocast without a GradScaler (amp.grad_scaler
-// false: the replay emulates autocast's roundings in float64, reference/error_bounds.h bounds them) and no
-// SyncBatchNorm; the harness uses the normwise policy otherwise (a GradScaler's state is not yet loaded from
-// a record). SyncBatchNorm layers are bounded over every rank's rows (GroupMicroBatchErrorBounds).
+// Whether ReplayStepLocal supports the scenario: no AMP, or AMP without gradient clipping and without
+// SyncBatchNorm (the replay emulates autocast's roundings in float64, reference/error_bounds.h bounds them; a
+// GradScaler's state at each step's start is the run's record of the step before, kScaler "scale" and
+// "growth_tracker"); the harness uses the normwise policy otherwise. SyncBatchNorm layers are bounded over
+// every rank's rows (GroupMicroBatchErrorBounds).
 bool StepLocalSupported(const core::Scenario& s);
 
 // `s` with its data materialised. *values: the float64 reference's values of each step from the recorded

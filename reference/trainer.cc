@@ -164,6 +164,7 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
   for (size_t step_i = 0; step_i < plans[0].size(); ++step_i) {
     const int64_t step = plans[0][step_i].step;
     if (hooks && hooks->load_state) DDPCHECK_RETURN_IF_ERROR(hooks->load_state(step, &master, &state));
+    if (scaled && hooks && hooks->load_scaler) DDPCHECK_RETURN_IF_ERROR(hooks->load_scaler(step, &scaler));
     master.ZeroGrad(false);
     std::vector<std::vector<T>> sum(static_cast<size_t>(np));
     std::vector<bool> used_any(static_cast<size_t>(np), false);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/grad_scaler.h"
 #include "core/optimizer.h"
 #include "core/scenario.h"
 #include "core/status.h"
@@ -36,11 +37,14 @@ template <typename T>
 struct StepHooks {
   // Before step `step`: the master's parameters and buffers and the optimizer state may be replaced.
   std::function<core::Status(int64_t step, Model<T>* master, std::vector<core::ParamState<T>>* state)> load_state;
+  // Before step `step` of a run with a GradScaler, after load_state: the scaler's state may be replaced.
+  std::function<core::Status(int64_t step, core::GradScaler* scaler)> load_scaler;
   // After rank `rank`'s backward of micro-batch `micro` (x, y its batch). Runs on several threads at once
   // (the ranks of a step run in parallel, one thread per core, or in lockstep with SyncBatchNorm).
   std::function<void(int64_t step, int rank, int64_t micro, const Model<T>& worker, const Matrix<T>& x,
                      const core::Tensor& y)> after_backward;
-  // After the reduction (master's grads hold the reduced gradient), before the optimizer step with `lr`.
+  // After the reduction (master's grads hold the reduced gradient, unscaled with a GradScaler), before the
+  // optimizer step with `lr` (not called for a step the GradScaler skips).
   std::function<void(int64_t step, const Model<T>& master, const std::vector<core::ParamState<T>>& state,
                      double lr)> before_optimizer;
   // After the optimizer step and the parameters' record.

@@ -100,18 +100,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"faults/syncbn-unequal-counts.json", core::DType::kFloat32, "sgd", 1e-2},
                       Case{"faults/syncbn-unequal-counts.json", core::DType::kFloat64, "adam", 1e-10}));
 
-// Autocast without a GradScaler (amp.grad_scaler false, as torch's CPU bfloat16 autocast runs): the run is the
-// reference's float32 trajectory under autocast emulation, the replay float64 with the same roundings and
-// the low-precision rules of reference/error_bounds.h. A 1e-2 error in the loss (a quarter of bfloat16's
-// spacing above 1 is 2^-8 ~ 4e-3) or in a parameter is caught at its step.
-using AutocastCase = std::tuple<std::string, std::string, std::string>;  // scenario, amp dtype, optimizer
+// AMP: autocast with a GradScaler (whose state each step starts from as recorded), or without one (as torch's
+// CPU bfloat16 autocast runs). The run is the reference's float32 trajectory under autocast emulation, the
+// replay float64 with the same roundings and the low-precision rules of reference/error_bounds.h. A 1e-2
+// error in the loss (bfloat16's spacing above 1 is 2^-7 ~ 8e-3) or in a parameter is caught at its step.
+using AutocastCase = std::tuple<std::string, std::string, std::string, bool>;  // scenario, dtype, optimizer, scaler
 class StepLocalAutocast : public ::testing::TestWithParam<AutocastCase> {};
 
 TEST_P(StepLocalAutocast, CleanRunPassesAndAPerturbedLossOrParameterIsCaughtAtItsStep) {
-  const auto [file, dtype, optimizer] = GetParam();
+  const auto [file, dtype, optimizer, scaler] = GetParam();
   core::Scenario s = Load(file, core::DType::kFloat32, optimizer);
   s.amp.enabled = true;
-  s.amp.grad_scaler = false;
+  s.amp.grad_scaler = scaler;
   s.amp.dtype = dtype;
   ASSERT_TRUE(ref::StepLocalSupported(s));
   core::Trace run;
@@ -134,11 +134,15 @@ TEST_P(StepLocalAutocast, CleanRunPassesAndAPerturbedLossOrParameterIsCaughtAtIt
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, StepLocalAutocast,
-                         ::testing::Values(AutocastCase{"tutorial_toymodel.json", "bf16", "sgd"},
-                                           AutocastCase{"tutorial_toymodel.json", "bf16", "adam"},
-                                           AutocastCase{"tutorial_toymodel.json", "fp16", "sgd"},
-                                           AutocastCase{"default.json", "bf16", "sgd"},
-                                           AutocastCase{"default.json", "fp16", "adam"}));
+                         ::testing::Values(AutocastCase{"tutorial_toymodel.json", "bf16", "sgd", false},
+                                           AutocastCase{"tutorial_toymodel.json", "bf16", "adam", false},
+                                           AutocastCase{"tutorial_toymodel.json", "fp16", "sgd", false},
+                                           AutocastCase{"default.json", "bf16", "sgd", false},
+                                           AutocastCase{"default.json", "fp16", "adam", false},
+                                           AutocastCase{"tutorial_toymodel.json", "fp16", "sgd", true},
+                                           AutocastCase{"tutorial_toymodel.json", "bf16", "adam", true},
+                                           AutocastCase{"default.json", "fp16", "sgd", true},
+                                           AutocastCase{"default.json", "bf16", "sgd", true}));
 
 }  // namespace
 }  // namespace ddpcheck
