@@ -72,7 +72,9 @@ GlooCommunicator::~GlooCommunicator() {
   // peer closing its sockets) while this thread frees them. Close every pair first (under each pair's own
   // lock, so the loop is done with it), then free the buffers, then the context, and only then (member order)
   // this rank's reference to the shared device: the race TSan saw here was another rank's teardown freeing the
-  // device while this one's pairs were still unregistering from its loop.
+  // device while this one's pairs were still unregistering from its loop. The heartbeat ends first: a peer
+  // that sees this rank's connections close then reads "ended", never a silence to take for a loss.
+  if (peers_) peers_->StopHeartbeat();
   if (context_) {
     try {
       context_->closeConnections();
@@ -193,13 +195,23 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
   StallReport report;
   std::vector<LostRank> lost;
   const bool peer_gone = IsPeerGone(cause);
+  const auto failed = std::chrono::steady_clock::now();
+  const auto verdict = peers_ ? failed + peers_->heartbeat_timing().verdict() : failed;
   while (true) {
     if (record_) records = recorder_->ReadAll(record.seq);
     report = DescribeStall(record, rank_, timeout_, records, cause);
     if (peers_) lost = peers_->Lost();
+    const auto now = std::chrono::steady_clock::now();
+    const bool maybe_lost = !report.missing.empty() || peer_gone || IsGlooTimeout(cause);
+    // A peer on another host is lost when its heartbeat stops: wait (a few heartbeats at most) for the verdict,
+    // also when a peer on this host is seen lost already (a live remote peer settles within two heartbeats).
+    if (maybe_lost && peers_ && now < verdict && peers_->HeartbeatPending(failed)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (!lost.empty()) break;
     // A broken connection is a peer that died: wait (up to the timeout) until its process is seen gone.
-    if ((report.missing.empty() && !peer_gone) || std::chrono::steady_clock::now() >= start + timeout_) break;
+    if ((report.missing.empty() && !peer_gone) || now >= start + timeout_) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (!lost.empty()) {
@@ -214,7 +226,7 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
   std::string message = report.message;
   if (report.missing.empty() && peer_gone) {
     message = "a peer closed its connection during collective " + DescribeRecord(record) + " (seen from rank " +
-              std::to_string(rank_) + "; not a process on this host, so it cannot be named here): " + message;
+              std::to_string(rank_) + "; no peer's process on this host is gone and no heartbeat stopped): " + message;
   }
   broken_ = Status(finding ? core::Code::kTimeout : core::Code::kInternal, message);
   return broken_;

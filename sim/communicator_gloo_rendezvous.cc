@@ -1,4 +1,5 @@
 // GlooCommunicator::Create: join the run through the store, then connect gloo's full mesh.
+#include <algorithm>
 #include <condition_variable>
 #include <csignal>
 #include <cstdlib>
@@ -44,6 +45,10 @@ std::string GlooHost(const std::string& hostname) {
   const char* env = std::getenv("DDPCHECK_GLOO_HOST");
   return env && *env ? env : "127.0.0.1";
 }
+
+// Each heartbeat operation's deadline (at most the run's timeout): short, so that a rank's end, which waits
+// for the heartbeat thread, is never held up long by a store that has stopped answering.
+constexpr std::chrono::milliseconds kHeartbeatDeadline(1000);
 
 std::string JoinedKey(const std::string& run_id, int rank) { return run_id + "/joined/" + std::to_string(rank); }
 
@@ -120,8 +125,11 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     mesh->context->setTimeout(timeout);
     mesh->device = TcpDevice(GlooHost(hostname));
     // Every rank joined, so every peer's process key is in the store: learn them now, and the watch below
-    // checks the peers' processes without touching the store (which the connecting thread is using).
+    // checks the peers' processes without touching the store (which the connecting thread is using). Peers on
+    // another host are watched through their heartbeats (sim/peer_watch.h), on a line of their own to the store;
+    // the heartbeat ends with the communicator, or below when this rank gives up.
     peers->Lost();
+    peers->StartHeartbeat(OpenStoreLine(store, std::min(timeout, kHeartbeatDeadline)));
     // gloo connects the pairs one after the other and waits up to the timeout for each; a rank that dies
     // after publishing its address would be named only when those waits run out, one after another (~10 s
     // at --timeout-ms 2000). The mesh is connected on its own thread while this one watches the peers: a
@@ -144,21 +152,24 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
       const std::string lost = DescribeLost(peers->Lost(/*read_store=*/false));
       lock.lock();
       if (!lost.empty() && !mesh->done) {
+        peers->StopHeartbeat();
         return Status::Timeout(where + ": connecting the full mesh failed" + lost);
       }
     }
     if (mesh->error) std::rethrow_exception(mesh->error);
     out->reset(new GlooCommunicator(store, recorder, peers, mesh->device, mesh->context, rank, world, timeout, run_id));
+    return Status::Ok();
   } catch (const StoreFailure& e) {
+    peers->StopHeartbeat();
     return Status::Io(where + ": connecting the full mesh failed: " + e.what());
   } catch (const std::exception& e) {
     const std::string text = GlooErrorText(e.what());
     const std::string lost = DescribeLost(peers->Lost());
+    peers->StopHeartbeat();
     const bool finding = !lost.empty() || IsGlooTimeout(text) || IsPeerGone(text);
     return Status(finding ? core::Code::kTimeout : core::Code::kInternal,
                   where + ": connecting the full mesh failed" + lost + ": " + text);
   }
-  return Status::Ok();
 }
 
 void GlooCommunicator::FinishRun(bool wait_for_peers) {

@@ -2,11 +2,163 @@
 
 #include <sys/statvfs.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "sim/communicator_gloo_errors.h"
+#include "sim/store.h"
 
 namespace ddpcheck::sim {
+
+namespace {
+
+timeval Timeval(std::chrono::milliseconds t) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(t.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>(t.count() % 1000 * 1000);
+  return tv;
+}
+
+// Its own hiredis connection (gloo's RedisStore connects with no deadline, and one connection must not be used
+// by two threads): made on first use with redisConnectWithTimeout, dropped after a failure and made again by
+// the next operation.
+class RedisLine final : public StoreLine {
+ public:
+  RedisLine(std::string host, int port, std::chrono::milliseconds deadline)
+      : host_(std::move(host)), port_(port), where_("redis://" + host_ + ":" + std::to_string(port)), deadline_(deadline) {}
+  ~RedisLine() override {
+    if (c_) redisFree(c_);
+  }
+  void Replace(const std::string& key, const std::string& value) override {
+    std::vector<std::string> args = {"SET", key, value};
+    Reply reply = Command(args, key);
+    if (reply->type == REDIS_REPLY_ERROR) Fail("SET", key, std::string(reply->str, reply->len));
+  }
+  std::vector<std::optional<std::string>> Read(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> out(keys.size());
+    if (keys.empty()) return out;
+    std::vector<std::string> args = {"MGET"};
+    args.insert(args.end(), keys.begin(), keys.end());
+    Reply reply = Command(args, keys.front());
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != keys.size()) {
+      Fail("MGET", keys.front(), "unexpected reply type " + std::to_string(reply->type));
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const redisReply* e = reply->element[i];
+      if (e->type == REDIS_REPLY_STRING) out[i] = std::string(e->str, e->len);
+    }
+    return out;
+  }
+
+ private:
+  using Reply = std::unique_ptr<redisReply, void (*)(void*)>;
+  [[noreturn]] void Fail(const std::string& op, const std::string& key, const std::string& why) {
+    throw StoreFailure("rendezvous store " + where_ + ": " + op + " '" + key + "' failed: " + why);
+  }
+  Reply Command(const std::vector<std::string>& args, const std::string& key) {
+    if (!c_) {
+      c_ = redisConnectWithTimeout(host_.c_str(), port_, Timeval(deadline_));
+      if (!c_ || c_->err || redisSetTimeout(c_, Timeval(deadline_)) != REDIS_OK) {
+        const std::string why = c_ ? c_->errstr : "out of memory";
+        if (c_) redisFree(c_);
+        c_ = nullptr;
+        Fail("connect for", key, why);
+      }
+    }
+    std::vector<const char*> argv;
+    std::vector<size_t> lens;
+    for (const std::string& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    void* reply = redisCommandArgv(c_, static_cast<int>(args.size()), argv.data(), lens.data());
+    if (!reply) {
+      std::string why = c_->errstr;
+      if (c_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        why = "no answer within " + std::to_string(deadline_.count()) + " ms";
+      }
+      redisFree(c_);
+      c_ = nullptr;
+      Fail(args.front(), key, why);
+    }
+    return Reply(static_cast<redisReply*>(reply), freeReplyObject);
+  }
+
+  std::string host_;
+  int port_;
+  std::string where_;
+  std::chrono::milliseconds deadline_;
+  redisContext* c_ = nullptr;
+};
+
+// The FileStore's own files (gloo's names for the keys): replaced by writing a temporary file and renaming it
+// over the key's, so a reader opens either the old value or the new one, never half of one.
+class FileLine final : public StoreLine {
+ public:
+  explicit FileLine(std::shared_ptr<NamedFileStore> store) : store_(std::move(store)) {}
+  void Replace(const std::string& key, const std::string& value) override {
+    const std::string path = store_->KeyPath(key);
+    const std::string tmp = path + ".line";
+    bool ok = false;
+    if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
+      ok = std::fwrite(value.data(), 1, value.size(), f) == value.size();
+      ok = std::fclose(f) == 0 && ok;
+    }
+    if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+    const std::string cause = std::strerror(errno);
+    std::remove(tmp.c_str());
+    const std::string full = DiskFullCause(store_->path());
+    throw StoreFailure("rendezvous store file://" + store_->path() + ": cannot replace key '" + key +
+                       "': " + (full.empty() ? cause : full));
+  }
+  std::vector<std::optional<std::string>> Read(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::ifstream in(store_->KeyPath(keys[i]), std::ios::binary);
+      if (in) out[i] = std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<NamedFileStore> store_;
+};
+
+// sim::MemoryStore and the like: one map shared by threads, already safe to use from several.
+class OverwritableLine final : public StoreLine {
+ public:
+  explicit OverwritableLine(std::shared_ptr<gloo::rendezvous::Store> store) : store_(std::move(store)) {}
+  void Replace(const std::string& key, const std::string& value) override {
+    static_cast<OverwritableStore&>(*store_).Put(key, std::vector<char>(value.begin(), value.end()));
+  }
+  std::vector<std::optional<std::string>> Read(const std::vector<std::string>& keys) override {
+    std::vector<std::optional<std::string>> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::vector<char> bytes;
+      if (static_cast<OverwritableStore&>(*store_).TryGet(keys[i], &bytes)) out[i] = std::string(bytes.begin(), bytes.end());
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+};
+
+}  // namespace
+
+std::unique_ptr<StoreLine> OpenStoreLine(const std::shared_ptr<gloo::rendezvous::Store>& store,
+                                         std::chrono::milliseconds deadline) {
+  if (auto* redis = dynamic_cast<NamedRedisStore*>(store.get())) {
+    return std::make_unique<RedisLine>(redis->host(), redis->port(), deadline);
+  }
+  if (auto file = std::dynamic_pointer_cast<NamedFileStore>(store)) return std::make_unique<FileLine>(file);
+  if (dynamic_cast<OverwritableStore*>(store.get())) return std::make_unique<OverwritableLine>(store);
+  return nullptr;
+}
 
 std::string DiskFullCause(const std::string& path) {
   struct statvfs fs {};
@@ -15,11 +167,12 @@ std::string DiskFullCause(const std::string& path) {
 }
 
 NamedRedisStore::NamedRedisStore(const std::string& host, int port, std::chrono::milliseconds timeout)
-    : RedisStore(host, port), where_("redis://" + host + ":" + std::to_string(port)), timeout_(timeout) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>(timeout.count() % 1000 * 1000);
-  if (redisSetTimeout(redis_, tv) != REDIS_OK) {
+    : RedisStore(host, port),
+      host_(host),
+      port_(port),
+      where_("redis://" + host + ":" + std::to_string(port)),
+      timeout_(timeout) {
+  if (redisSetTimeout(redis_, Timeval(timeout)) != REDIS_OK) {
     throw StoreFailure(where_ + ": cannot set a command timeout: " + std::string(redis_->errstr));
   }
 }

@@ -5,9 +5,13 @@
 //   - NamedFileStore: a failed write says so with its cause ("disk full" when the filesystem has no space
 //     left) instead of gloo's "n > 0. 0 vs 0".
 // Both throw StoreFailure, so callers can tell the store's failure from a peer's.
+// StoreLine: a second, independent line to the same store for a background thread (the heartbeats of
+// sim/peer_watch.h), which replaces and reads small keys, every operation under a deadline.
 #pragma once
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,9 +37,13 @@ class NamedRedisStore final : public gloo::rendezvous::RedisStore {
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   // gloo calls this overload (connectFullMesh): it waits the run's timeout, not gloo's 30 s default.
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
 
  private:
   [[noreturn]] void Throw(const std::string& op, const std::string& key, const std::exception& e) const;
+  std::string host_;
+  int port_;
   std::string where_;
   std::chrono::milliseconds timeout_;
 };
@@ -51,6 +59,9 @@ class NamedFileStore final : public gloo::rendezvous::FileStore {
     FileStore::wait(keys, timeout);
   }
   void wait(const std::vector<std::string>& keys) override { FileStore::wait(keys, timeout_); }
+  // The file that holds `key` (gloo names it by a hash of the key). Safe from any thread.
+  std::string KeyPath(const std::string& key) { return objectPath(key); }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -59,5 +70,22 @@ class NamedFileStore final : public gloo::rendezvous::FileStore {
 
 // "disk full (no space left on the filesystem of PATH)" when PATH's filesystem has no free block, else "".
 std::string DiskFullCause(const std::string& path);
+
+// A line of its own to a store, for one background thread: keys are replaced (unlike gloo's set, which refuses
+// a second write) and read without waiting. Every operation ends within the deadline it was opened with, or
+// throws StoreFailure naming the store. Not thread-safe: one thread per line.
+class StoreLine {
+ public:
+  virtual ~StoreLine() = default;
+  // Sets `key` to `value`, replacing an earlier value.
+  virtual void Replace(const std::string& key, const std::string& value) = 0;
+  // The values of `keys`, nullopt for a key that is absent.
+  virtual std::vector<std::optional<std::string>> Read(const std::vector<std::string>& keys) = 0;
+};
+
+// A new line to the store `store` is (Redis: its own connection, made on first use; FileStore: the same folder;
+// sim::MemoryStore: the same map), each operation bounded by `deadline`. nullptr for other stores.
+std::unique_ptr<StoreLine> OpenStoreLine(const std::shared_ptr<gloo::rendezvous::Store>& store,
+                                         std::chrono::milliseconds deadline);
 
 }  // namespace ddpcheck::sim

@@ -60,9 +60,10 @@ RedisServer::~RedisServer() {
 }
 
 Background::Background(const std::string& env, const std::string& args, const std::string& out,
-                       const std::string& err)
+                       const std::string& err, const std::string& wrapper)
     : start_(std::chrono::steady_clock::now()) {
-  const std::string cmd = "exec env " + env + " '" + BinaryPath() + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  const std::string cmd =
+      "exec env " + env + " " + wrapper + " '" + BinaryPath() + "' " + args + " >'" + out + "' 2>'" + err + "'";
   pid_ = fork();
   if (pid_ == 0) {
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));

@@ -32,9 +32,12 @@ class RedisServer {
 
 // The ddpcheck binary run with `args` in the background (through `sh -c 'exec ...'`, so pid() is ddpcheck's),
 // with `env` ("K=V ...") in front, stdout and stderr in files. The destructor SIGKILLs it if still running.
+// `wrapper` is a command that runs the binary (e.g. "unshare --pid --kill-child --mount-proc"); pid() is then
+// the wrapper's.
 class Background {
  public:
-  Background(const std::string& env, const std::string& args, const std::string& out, const std::string& err);
+  Background(const std::string& env, const std::string& args, const std::string& out, const std::string& err,
+             const std::string& wrapper = "");
   ~Background();
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;

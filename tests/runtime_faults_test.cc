@@ -24,7 +24,9 @@
 
 #include <gloo/rendezvous/store.h>
 
+#include "sim/peer_watch.h"
 #include "sim/store.h"
+#include "sim/store_named.h"
 #include "sim/store_open.h"
 #include "tests/process_util.h"
 #include "tests/test_util.h"
@@ -61,18 +63,28 @@ std::string RankLine(const std::string& err, int rank) {
   return "";
 }
 
+// Which ranks a Launch starts: all four on one node (the default), or one node of several (`nodes`, e.g.
+// "--nnodes 2 --node-rank 1 --nproc-per-node 2", joining the run `run_id` of the first node's Launch), started
+// through `wrapper` (e.g. in a pid namespace of its own).
+struct LaunchSpec {
+  std::string nodes = "--nproc 4";
+  std::string run_id;  // "": a fresh unique one
+  std::string wrapper;
+};
+
 // `ddpcheck launch --nproc 4 --run-id <unique> <launch_flags> -- ddpcheck run -q --timeout-ms 2000 <run_flags>`
 // in the background, with TMPDIR a private folder (so a temporary store left behind is seen).
 class Launch {
  public:
-  Launch(const std::string& what, const std::string& launch_flags, const std::string& run_flags)
-      : run_id_(UniqueRunId(what)) {
+  Launch(const std::string& what, const std::string& launch_flags, const std::string& run_flags,
+         const LaunchSpec& spec = {})
+      : run_id_(spec.run_id.empty() ? UniqueRunId(what) : spec.run_id) {
     std::filesystem::create_directories(dir_.File("tmp"));
     proc_ = std::make_unique<Background>(
         "TMPDIR=" + dir_.File("tmp"),
-        "launch --nproc 4 --run-id " + run_id_ + " " + launch_flags + " -- ddpcheck run -q --timeout-ms " +
+        "launch " + spec.nodes + " --run-id " + run_id_ + " " + launch_flags + " -- ddpcheck run -q --timeout-ms " +
             std::to_string(kTimeoutMs) + " " + run_flags,
-        dir_.File("out"), dir_.File("err"));
+        dir_.File("out"), dir_.File("err"), spec.wrapper);
   }
   const std::string& run_id() const { return run_id_; }
   pid_t pid() const { return proc_->pid(); }
@@ -188,6 +200,137 @@ INSTANTIATE_TEST_SUITE_P(Moments, RankLostAt,
                                            Moment{"KilledInItsLastCollectives", SIGKILL, -2},
                                            Moment{"StoppedInItsLastCollectives", SIGSTOP, -2}),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// Another host, on this machine: node 1 of a two-node launch runs in a pid namespace of its own, so no rank of
+// one node can see a process of the other in /proc, which is what a rank on another machine is to PeerWatch
+// (its host key, boot id + pid namespace, differs). Ranks 0 and 1 (node 0) can then tell that rank 2 (node 1)
+// is lost only by its heartbeat in the store; rank 3, beside it, sees its process; node 1's launcher reaps it.
+constexpr char kOtherHost[] = "unshare --pid --kill-child --mount-proc";
+
+bool CanMakePidNamespaces() {
+  return std::system((std::string(kOtherHost) + " true >/dev/null 2>&1").c_str()) == 0;
+}
+
+struct RemoteFault {
+  const char* name;
+  int signal;
+  bool redis;  // else a FileStore in a folder both nodes see
+};
+
+class RemoteRankLost : public ::testing::TestWithParam<RemoteFault> {};
+
+TEST_P(RemoteRankLost, IsNamedByItsHeartbeatOnEverySurvivorWithinTheTimeout) {
+  const RemoteFault f = GetParam();
+  if (!CanMakePidNamespaces()) GTEST_SKIP() << "cannot make a pid namespace here (`" << kOtherHost << "` needs root)";
+  RedisServer redis;
+  TempDir shared;
+  if (f.redis && redis.url().empty()) GTEST_SKIP() << "redis-server not installed or did not start";
+  const std::string url = f.redis ? redis.url() : "file://" + shared.File("store");
+  const std::string flags = "--epochs 1000 --steps 2000";
+  Launch host0(f.name, "--rendezvous " + url, flags, {"--nnodes 2 --node-rank 0 --nproc-per-node 2"});
+  Launch host1(f.name, "--rendezvous " + url, flags,
+               {"--nnodes 2 --node-rank 1 --nproc-per-node 2", host0.run_id(), kOtherHost});
+  // Well into the training steps, early enough for small trace shards: rank 2 entering collective #60.
+  std::shared_ptr<gloo::rendezvous::Store> store;
+  ASSERT_TRUE(sim::OpenStore(url, std::chrono::milliseconds(2000), &store).ok());
+  const std::string key = host0.run_id() + "/fr/2/60";
+  const auto give_up = Clock::now() + std::chrono::seconds(30);
+  while (!sim::StoreHas(*store, key) && Clock::now() < give_up) {
+  }
+  const std::vector<pid_t> victim = testing::RunProcesses(host0.run_id(), 2);
+  ASSERT_EQ(victim.size(), 1u) << "rank 2 never reached " << key << "\n" << host1.err();
+  ASSERT_EQ(kill(victim[0], f.signal), 0);
+  const auto fault = Clock::now();
+
+  // When each survivor's verdict line names rank 2 (a rank prints it as it ends).
+  const std::vector<std::pair<int, const Launch*>> survivors = {{0, &host0}, {1, &host0}, {3, &host1}};
+  std::vector<double> named(survivors.size(), -1);
+  for (size_t left = survivors.size(); left > 0 && Clock::now() < fault + kLimit + std::chrono::seconds(10);) {
+    for (size_t i = 0; i < survivors.size(); ++i) {
+      if (named[i] >= 0 || RankLine(survivors[i].second->err(), survivors[i].first).find("rank 2 lost") == std::string::npos) continue;
+      named[i] = std::chrono::duration<double>(Clock::now() - fault).count();
+      --left;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    std::printf("[ measured ] %s: rank %d named rank 2 %.2f s after its %s\n", f.name, survivors[i].first, named[i],
+                strsignal(f.signal));
+    EXPECT_GE(named[i], 0) << "rank " << survivors[i].first << " never named rank 2\n" << host0.err() << host1.err();
+    EXPECT_LT(named[i], std::chrono::duration<double>(kLimit).count());
+  }
+  const int code0 = host0.Finish(fault);
+  const int code1 = host1.Finish(fault);
+  EXPECT_EQ(code0, 1) << host0.err();
+  EXPECT_EQ(code1, 1) << host1.err();
+  EXPECT_THAT(host0.out() + host1.out(), Not(HasSubstr("PASS")));
+  for (int r : {0, 1}) EXPECT_THAT(RankLine(host0.err(), r), HasSubstr("rank 2 lost: its heartbeat")) << host0.err();
+  EXPECT_THAT(host1.err(), HasSubstr("ddpcheck launch: rank 2 lost")) << host1.err();
+  EXPECT_THAT(host0.err() + host1.err(), Not(HasSubstr("internal error")));
+}
+
+INSTANTIATE_TEST_SUITE_P(OnAnotherHost, RemoteRankLost,
+                         ::testing::Values(RemoteFault{"KilledMidRunOverRedis", SIGKILL, true},
+                                           RemoteFault{"StoppedMidRunOverRedis", SIGSTOP, true},
+                                           RemoteFault{"KilledMidRunOverAFileStore", SIGKILL, false},
+                                           RemoteFault{"StoppedMidRunOverAFileStore", SIGSTOP, false}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// The heartbeat itself, in one process: rank 0 of a world of 3 whose ranks 1 and 2 published keys of another
+// host (so PeerWatch cannot see them in /proc) and beat by hand.
+TEST(Heartbeat, ARemotePeerWhoseCounterStopsIsLostOneThatEndedIsNotAndTheEndIsWritten) {
+  auto store = std::make_shared<sim::MemoryStore>();
+  const std::string run = UniqueRunId("heartbeat");
+  auto put = [&](const std::string& key, const std::string& value) {
+    store->Put(run + "/" + key, std::vector<char>(value.begin(), value.end()));
+  };
+  auto watch = std::make_shared<sim::PeerWatch>(store, run, 0, 3);
+  watch->Publish();
+  put("proc/1", "another-boot-id/pid:[1]\n77\nhost-b");
+  put("proc/2", "another-boot-id/pid:[1]\n78\nhost-b");
+  EXPECT_TRUE(watch->Lost().empty());
+  sim::HeartbeatTiming timing;
+  timing.period = std::chrono::milliseconds(50);
+  timing.stale = std::chrono::milliseconds(500);
+  watch->StartHeartbeat(sim::OpenStoreLine(store, std::chrono::milliseconds(1000)), timing);
+  const auto start = Clock::now();
+  put("alive/2", "1");  // rank 2 beats once, then never again
+  for (int n = 1; Clock::now() < start + std::chrono::milliseconds(900); ++n) {  // rank 1 beats on
+    put("alive/1", std::to_string(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(watch->HeartbeatPending(start));  // 1 advanced after `start`, 2 is stale
+  const std::vector<sim::LostRank> lost = watch->Lost(/*read_store=*/false);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rank, 2);
+  EXPECT_THAT(lost[0].why, HasSubstr("its heartbeat '" + run + "/alive/2' has not advanced for"));
+  EXPECT_THAT(lost[0].why, HasSubstr("process 78 on host host-b"));
+  put("alive/1", "ended");  // rank 1 ends its run: its silence from now on is no loss
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  ASSERT_EQ(watch->Lost(false).size(), 1u);
+  // A later PeerWatch of the run in this process (rank 0 gathering shards) knows the verdict at once.
+  sim::PeerWatch later(store, run, 0, 3);
+  ASSERT_EQ(later.Lost().size(), 1u);
+  EXPECT_EQ(later.Lost()[0].rank, 2);
+  watch->StopHeartbeat();
+  std::vector<char> mine;
+  ASSERT_TRUE(store->TryGet(run + "/alive/0", &mine));
+  EXPECT_EQ(std::string(mine.begin(), mine.end()), "ended");
+}
+
+TEST(Heartbeat, AWorldOnOneHostStartsNone) {
+  auto store = std::make_shared<sim::MemoryStore>();
+  const std::string run = UniqueRunId("one-host");
+  sim::PeerWatch a(store, run, 0, 2), b(store, run, 1, 2);
+  a.Publish();
+  b.Publish();
+  EXPECT_TRUE(a.Lost().empty());
+  a.StartHeartbeat(sim::OpenStoreLine(store, std::chrono::milliseconds(1000)));
+  EXPECT_FALSE(a.HeartbeatPending(Clock::now()));
+  a.StopHeartbeat();
+  std::vector<char> none;
+  EXPECT_FALSE(store->TryGet(run + "/alive/0", &none));
+}
 
 TEST(LauncherLost, SigkillOfTheLauncherEndsItsRanksWithinSecondsAndRemovesItsTemporaryStore) {
   Launch run("launcher-kill", "", "--epochs 1000 --steps 4000");
