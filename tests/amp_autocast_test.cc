@@ -112,9 +112,22 @@ TEST(AutocastLinear, HugeFp16GradOverflowsToInfinity) {
   EXPECT_TRUE(std::isinf(lin.param(1)->grad[0]));
 }
 
-TEST(AutocastLinear, DoubleLayersRefuseAutocast) {
-  Linear<double> lin(1, 1, false);
-  EXPECT_THROW(lin.SetAutocast(DType::kFloat16), core::CheckError);
+// The step-local replay's double layer rounds where the float layer does: 1 + 2^-9 + 2^-12 (x) times 1 (W)
+// plus 2^-12 (b) is 1 + 2^-9 + 2^-11 in exact arithmetic; fp16 rounds it to 1 + 2^-9 (x, below the tie, is
+// cast first: 1 + 2^-9), and the output's sum 1 + 2^-9 + 2^-12 rounds to 1 + 2^-9 again.
+TEST(AutocastLinear, DoubleLayersRoundWhereFloatLayersDo) {
+  Linear<double> lin(1, 1, true);
+  lin.param(0)->value = {1.0};
+  lin.param(1)->value = {0x1p-12};
+  lin.SetAutocast(DType::kFloat16);
+  Matrix<double> x(1, 1);
+  x(0, 0) = 1 + 0x1p-9 + 0x1p-12;
+  const Matrix<double> y = lin.Forward(x);
+  EXPECT_EQ(y(0, 0), 1 + 0x1p-9);
+  Linear<float> flin = Lin(1, 1, {1.0f}, {0x1p-12f}, DType::kFloat16);
+  EXPECT_EQ(static_cast<double>(flin.Forward(M(1, 1, {static_cast<float>(x(0, 0))}))(0, 0)), y(0, 0));
+  // RoundToLow(double) rounds through float: a value below float's spacing of a tie still rounds as float does.
+  EXPECT_EQ(RoundToLow(1.0 + 0x1p-11 + 0x1p-40, DType::kFloat16), 1.0);
 }
 
 // Linear(2,2) -> ReLU -> Linear(2,1), MSE: every Linear grad holds fp16 values, and a huge loss scale makes
