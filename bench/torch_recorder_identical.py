@@ -10,8 +10,9 @@ Either recording may use either layout (docs/torch.md, "Dump format"): a tensor 
 ("s3.param.0.weight.npy") or an entry of a rank's archive ("s3.npz/s3.param.0.weight.npy"); the comparison is by
 the tensor's .npy name inside its rank's folder, its bytes (the .npy file's, or the archive entry's) and its
 permission bits (the archive's), and the index.json files are compared as JSON with each tensor named by its .npy
-name (and without "version", which says the layout). --ignore-reference leaves the float64 reference out of both sides (its tensors and the index keys it sets:
-reference="auto" records it only where ddpcheck's own replay does not cover the run) and counts what it left out.
+name (and without "version", which says the layout). --ignore-reference leaves out the float64 reference tensors
+that only one side recorded (reference="auto" records it only where ddpcheck's own replay does not cover the run)
+and the index keys the reference sets, and counts the tensors it left out; those both recorded are compared.
 
 The corpus: every tests/real_scripts/ script with each of its manifest cases (W=2), tools/examples/ddp_example.py
 (bn, mlp, float64 linear, no set_epoch) and the overhead bench's MLP (width 32, batch 16, with and without the
@@ -156,10 +157,10 @@ def without_reference(ix):
 def compare(a, b, ignore_reference=False):
     (ta, ia), (tb, ib) = tensors(a), tensors(b)
     ignored = 0
-    if ignore_reference:
-        for t in (ta, tb):
-            for p in [p for p in t if is_reference(os.path.basename(p))]:
-                del t[p]
+    if ignore_reference:  # a reference tensor one side has and the other does not; those both have are compared
+        for p in set(ta) ^ set(tb):
+            if is_reference(os.path.basename(p)):
+                (ta if p in ta else tb).pop(p)
                 ignored += 1
     bad = sorted(set(ta) ^ set(tb)) + sorted(set(ia) ^ set(ib))
     for p in bad[:20]:
@@ -178,7 +179,7 @@ def compare(a, b, ignore_reference=False):
         print("differs: %s" % p)
     print("%d tensors and %d indexes compared, %d only on one side, %d differ%s"
           % (len(set(ta) & set(tb)), len(set(ia) & set(ib)), len(bad), len(differ),
-             ", %d reference tensors left out" % ignored if ignore_reference else ""))
+             ", %d reference tensors of one side left out" % ignored if ignore_reference else ""))
     return 0 if not bad and not differ else 1
 
 

@@ -1,15 +1,19 @@
 #!/usr/bin/python3
 """Recording overhead of tools/ddpcheck_torch.py: seconds per training step of one DDP loop (W ranks, gloo, CPU)
-un-instrumented, recorded with the single-process reference (the default), and recorded without it.
+un-instrumented and recorded: with the default reference="auto" (this loop is one ddpcheck replays: an MLP,
+CrossEntropyLoss, SGD, a DistributedSampler and the batch indices passed to rec.step, so no float64 reference is
+recomputed), with reference=True (the float64 single-process reference at every step, what a run ddpcheck cannot
+replay pays) and with reference=False.
 
-    /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256] [--batch 64]
+    /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256] [--batch 64] [--tmp DIR]
 
 Prints one JSON line per mode with rank 0's median step time and the ratio to the plain loop (target <= 2x), the
 whole loop's time per step (first step to the end of rec.close(), which waits for the recorder's writer thread, so
 every file written is counted) with its ratio to the plain loop's, and rank 0's CPU time per step over the loop:
 its training thread's (main_cpu) and its whole process's (cpu: the writer and gloo threads too). The recorder
-writes every step's tensors to .npy files (under --tmp): the ratio grows with the model's size relative to its
-compute and with the file system's cost per new file and page (docs/torch.md, "Overhead").
+writes every step's tensors to one archive per rank and step (under --tmp): the ratio grows with the model's size
+relative to its compute and with the file system's cost per page (docs/torch.md, "Overhead"). Run from a folder
+holding an older tools/ (a copy of this file beside it), it times that recorder on the same loop.
 """
 import argparse
 import json
@@ -28,27 +32,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ddpcheck_torch  # noqa: E402
 
 
+REFERENCE = {"recorded": "auto", "recorded-reference": True, "recorded-no-reference": False}
+
+
 def loop(rank, args, mode, out):
+    g = torch.Generator().manual_seed(0)  # the same dataset on every rank; the sampler shards it
+    n = args.steps * args.batch * args.world
+    X, Y = torch.randn(n, args.width, generator=g), torch.randint(0, 10, (n,), generator=g)
+    sampler = torch.utils.data.DistributedSampler(torch.utils.data.TensorDataset(X), shuffle=True, seed=0)
+    order = torch.tensor(list(sampler))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(args.width, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
                           nn.Linear(args.width, 10))
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    rec = None if mode == "plain" else ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=loss_fn, out_dir=out,
-                                                                   reference=mode == "recorded")
-    g = torch.Generator().manual_seed(rank)
+    rec = None if mode == "plain" else ddpcheck_torch.DdpRecorder(ddp, opt, sampler=sampler, loss_fn=loss_fn,
+                                                                   out_dir=out, reference=REFERENCE[mode])
     times = []
     start, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
-    for _ in range(args.steps):
-        x, y = torch.randn(args.batch, args.width, generator=g), torch.randint(0, 10, (args.batch,), generator=g)
+    for k in range(args.steps):
+        idx = order[k * args.batch:(k + 1) * args.batch]
+        x, y = X[idx], Y[idx]
         t0 = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(ddp(x), y)
         loss.backward()
         opt.step()
         if rec is not None:
-            rec.step(loss=loss)
+            rec.step(idx, x, y, loss)
         times.append(time.perf_counter() - t0)
     if rec is not None:
         rec.close()  # waits for the writer thread: the loop's time includes every file written
@@ -62,7 +74,7 @@ def worker(rank, args, results):
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        for mode in ("plain", "recorded", "recorded-no-reference", "plain"):
+        for mode in ("plain", "recorded", "recorded-reference", "recorded-no-reference", "plain"):
             t = loop(rank, args, mode, os.path.join(tmp, mode))
             dist.barrier()
             if rank == 0:
@@ -82,9 +94,9 @@ def main():
     results = mp.Manager().dict()
     mp.spawn(worker, args=(args, results), nprocs=args.world)
     plain = results["plain"]
-    for mode in ("plain", "recorded", "recorded-no-reference"):
+    for mode in ("plain", "recorded", "recorded-reference", "recorded-no-reference"):
         r = results[mode]
-        print(json.dumps({"mode": mode, "world": args.world, "width": args.width, "batch": args.batch,
+        print(json.dumps({"mode": mode, "reference": REFERENCE.get(mode), "world": args.world, "width": args.width, "batch": args.batch,
                           "step_s": round(r["step"], 6), "ratio": round(r["step"] / plain["step"], 3),
                           "loop_s_per_step": round(r["loop"], 6), "loop_ratio": round(r["loop"] / plain["loop"], 3),
                           "main_cpu_s_per_step": round(r["main_cpu"], 6), "cpu_s_per_step": round(r["cpu"], 6)}))

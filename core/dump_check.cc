@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -79,6 +81,115 @@ std::optional<DumpFinding> BypassDdp(const TorchDump& d, const Trace* ref) {
   return std::nullopt;
 }
 
+// x . y over the parameters named in both.
+double Dot(const std::vector<const Tensor*>& x, const std::vector<const Tensor*>& y) {
+  double sum = 0;
+  for (size_t p = 0; p < x.size(); ++p) {
+    for (size_t i = 0; i < x[p]->data.size(); ++i) sum += x[p]->data[i] * y[p]->data[i];
+  }
+  return sum;
+}
+
+// a with M a = v (Gaussian elimination, partial pivoting); false when M is near singular (collinear gradients).
+bool Solve(std::vector<std::vector<double>> m, std::vector<double> v, std::vector<double>* a) {
+  const size_t n = v.size();
+  double scale = 0;
+  for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(m[i][i]));
+  for (size_t c = 0; c < n; ++c) {
+    size_t pivot = c;
+    for (size_t r = c + 1; r < n; ++r) {
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c])) pivot = r;
+    }
+    if (!(std::abs(m[pivot][c]) > 1e-9 * scale)) return false;
+    std::swap(m[c], m[pivot]);
+    std::swap(v[c], v[pivot]);
+    for (size_t r = c + 1; r < n; ++r) {
+      const double f = m[r][c] / m[c][c];
+      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
+      v[r] -= f * v[c];
+    }
+  }
+  a->assign(n, 0.0);
+  for (size_t c = n; c-- > 0;) {
+    double x = v[c];
+    for (size_t k = c + 1; k < n; ++k) x -= m[c][k] * (*a)[k];
+    (*a)[c] = x / m[c][c];
+  }
+  return true;
+}
+
+// loss-times-world and loss-scale-per-rank from the replay (the evidence the recorder's float64 reference gives
+// the protocol check, here from ddpcheck's own replay, so a replayed run needs no reference recomputation): a
+// step's recorded reduced gradient as (1/W) sum_r f_r * (rank r's local gradient in the replay), f by least
+// squares. Every f_r = 1 (2 %) is a clean step; every f_r = W: the loss was multiplied by the world size; one
+// rank's f off 1: that rank scales its loss. The replay follows its own trajectory from the recorded initial
+// state, so steps are read in order up to the first that is not clean (before it the two trajectories agree).
+std::optional<DumpFinding> LossScale(const TorchDump& d, const Trace* ref) {
+  constexpr double kTol = 0.02;
+  if (ref == nullptr || d.world < 2) return std::nullopt;
+  const auto w = static_cast<size_t>(d.world);
+  for (int64_t s = 0; s < d.steps; ++s) {
+    std::vector<const Tensor*> got;
+    std::vector<std::vector<const Tensor*>> local(w);
+    std::string first;
+    for (const auto& p : d.ranks[0].index.at("params")) {
+      const std::string name = p.at("name").get<std::string>();
+      const Tensor* g = d.trace.Find({s, Checkpoint::kReduced, name, 0});
+      if (g == nullptr) continue;
+      for (const auto& r : d.ranks) {  // the ranks disagree (a rank-divergent bug): not this rule's evidence
+        const Tensor* other = d.trace.Find({s, Checkpoint::kReduced, name, r.rank});
+        if (other == nullptr || !BitwiseEqual(*other, *g)) return std::nullopt;
+      }
+      bool all = true;
+      for (size_t r = 0; r < w && all; ++r) {
+        const Tensor* l = ref->Find({s, Checkpoint::kLocalGrad, name, static_cast<int>(r)});
+        all = l != nullptr && l->data.size() == g->data.size();
+        if (all) local[r].push_back(l);
+      }
+      if (!all) return std::nullopt;
+      got.push_back(g);
+      if (first.empty()) first = name;
+    }
+    if (got.empty()) return std::nullopt;
+    std::vector<std::vector<double>> m(w, std::vector<double>(w));
+    std::vector<double> v(w), a;
+    for (size_t r = 0; r < w; ++r) {
+      v[r] = Dot(local[r], got);
+      for (size_t q = 0; q < w; ++q) m[r][q] = Dot(local[r], local[q]);
+    }
+    if (!Solve(m, v, &a)) return std::nullopt;
+    // The fit must explain the recorded gradient: |got - sum a_r local_r|^2 = got.got - 2 a.v + a^T M a.
+    double fit = Dot(got, got) - 2 * std::inner_product(a.begin(), a.end(), v.begin(), 0.0);
+    for (size_t r = 0; r < w; ++r) {
+      for (size_t q = 0; q < w; ++q) fit += a[r] * m[r][q] * a[q];
+    }
+    if (!(fit <= 1e-6 * Dot(got, got))) return std::nullopt;
+    std::vector<double> f(w);
+    std::vector<int> off;
+    for (size_t r = 0; r < w; ++r) {
+      f[r] = a[r] * static_cast<double>(w);
+      if (std::abs(f[r] - 1) > kTol) off.push_back(static_cast<int>(r));
+    }
+    if (off.empty()) continue;
+    const bool times_world =
+        std::all_of(f.begin(), f.end(), [&](double x) { return std::abs(x - d.world) <= kTol * d.world; });
+    if (times_world) {
+      return Finding({s, Checkpoint::kReduced, first, 0}, "reference-divergent", "loss-times-world",
+                     fmt::format("step {}'s reduced gradient is the mean of every rank's local gradient in the "
+                                 "replay times {:.4g} = W: the loss was multiplied by the world size (DDP already "
+                                 "averages)", s, f[0]));
+    }
+    if (off.size() == 1) {
+      const int r = off[0];
+      return Finding({s, Checkpoint::kReduced, first, r}, "reference-divergent", fmt::format("loss-scale-per-rank@{}", r),
+                     fmt::format("step {}'s reduced gradient holds rank {}'s local gradient in the replay times {:.4g} "
+                                 "and every other rank's times 1: that rank scales its loss differently", s, r, f[r]));
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 std::optional<DumpFinding> NoBufferBroadcast(const TorchDump& d) {
   if (d.scenario.ddp.broadcast_buffers) return std::nullopt;
   for (const auto& [key, value] : d.trace.records()) {
@@ -135,7 +246,7 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
 
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference) {
   std::optional<DumpFinding> best;
-  for (auto f : {BypassDdp(dump, reference), NoBufferBroadcast(dump), SkipSetEpoch(dump)}) {
+  for (auto f : {BypassDdp(dump, reference), NoBufferBroadcast(dump), SkipSetEpoch(dump), LossScale(dump, reference)}) {
     if (f && (!best || f->mismatch.key < best->mismatch.key)) best = f;
   }
   return best;

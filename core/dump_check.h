@@ -23,7 +23,9 @@ struct DumpFinding {
 //                       forward counts), or its grads equal the replay's local grads of that rank;
 //   no-buffer-broadcast broadcast_buffers=False and buffers differ across ranks at a forward's start;
 //   skip-set-epoch      shuffle with set_epoch not called for epoch e >= 1, and the indices differ from
-//                       DistributedSampler's with set_epoch(e) (they repeat an earlier epoch's).
+//                       DistributedSampler's with set_epoch(e) (they repeat an earlier epoch's);
+//   loss-times-world,   at the first step whose recorded reduced gradient is not the mean of the replay's local
+//   loss-scale-per-rank gradients, it is (1/W) sum_r f_r local_r with every f_r = W, or one rank's f_r != 1 (2 %).
 // `reference` may be null (no replay): the local-gradient evidence is then left out.
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
 

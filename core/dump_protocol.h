@@ -98,15 +98,22 @@ struct ProtocolRecords {
   bool schedulers_known = false;
   int64_t steps_per_epoch = 0;  // from the sampler and batch size; 0 when unknown
   std::string buckets_note, reference_note;
+  // ddpcheck replays the dump (TorchDump::replay_unsupported is empty): a step whose recorder skipped the float64
+  // reference with reference='auto' (ProtocolStep::ref_note starts with kAutoReferenceNote) has the replay as its
+  // single-process reference.
+  bool replayed = false;
   std::vector<ProtocolRank> ranks;
 };
+
+// How tools/ddpcheck_torch.py's reference='auto' notes a step it left to ddpcheck's replay.
+inline constexpr const char* kAutoReferenceNote = "reference='auto': not recomputed, the run is replayed";
 
 // torch's param-group keys (lr, momentum, dampening, weight_decay, nesterov, maximize, betas, eps, amsgrad,
 // alpha, centered, rho, lr_decay, initial_accumulator_value) as an OptimizerSpec of `type` (torch's class
 // name lower-cased). Invalid names the key and why for an unknown type.
 Status OptimizerSpecFromGroup(const std::string& type, const nlohmann::json& group, OptimizerSpec* out);
 
-// Reads the recorder's protocol records of every rank (index keys and .npy files; docs/torch.md).
+// Reads the recorder's protocol records of every rank (index keys and the tensors they name; docs/torch.md).
 Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out);
 
 struct ProtocolResult {

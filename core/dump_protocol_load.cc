@@ -161,6 +161,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     const auto& protocol = ix.value("protocol", nlohmann::json::object());
     out->buckets_note = Str(protocol, "buckets_note");
     out->reference_note = Str(protocol, "reference_note");
+    out->replayed = dump.replay_unsupported.empty();
     const auto sm = ix.value("sampler", nlohmann::json::object());
     const int64_t batch = ix.value("batch_size", nlohmann::json()).is_number_integer() ? ix.at("batch_size").get<int64_t>() : 0;
     if (sm.contains("len") && sm.at("len").is_number_integer() && batch > 0) {

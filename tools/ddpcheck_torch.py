@@ -323,13 +323,27 @@ _ZIP_END = struct.Struct("<IHHHHIIH")
 _ZIP_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the earliest date a zip holds
 
 
+# The note of a step reference="auto" leaves to ddpcheck's replay (core/dump_protocol.h, kAutoReferenceNote).
+AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's own float64 replay is its "
+             "single-process reference")
+
+
 class DdpRecorder:
     """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast), before the first
-    forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed."""
+    forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed.
+
+    reference: the float64 single-process reference (one more forward and backward per micro-batch, in float64).
+    "auto" (the default) computes it where ddpcheck cannot replay the run (a module, loss, optimizer or scheduler
+    cadence it does not replay, Dropout(p > 0), autocast, a GradScaler, several micro-batches per step, no sampler
+    or batch indices); for a replayed run ddpcheck's replay is the reference. A step is decided at the next one
+    (a scheduler stepped per iteration shows only then): the reference of the step before is computed then, and
+    once one step needs it every later step has it. True: every step; False: none."""
 
     def __init__(self, ddp_model, optimizer, sampler=None, loss_fn="mse", out_dir="ddpcheck_dump", scaler=None,
-                 schedulers=(), local_init=None, batch_size=None, reference=True):
+                 schedulers=(), local_init=None, batch_size=None, reference="auto"):
         import torch.distributed as dist
+        if reference not in (True, False, "auto"):
+            raise ValueError("reference must be True, False or 'auto', got %r" % (reference,))
         self.ddp = ddp_model
         self.module = getattr(ddp_model, "module", ddp_model)
         _protocol.check_dtypes(self.module)
@@ -363,7 +377,11 @@ class DdpRecorder:
         self._sched_total = 0
         self._counts = {"ddp": 0, "module": 0}
         self._fwd_buffers = None
-        self._ref_grads = None  # this step's reference gradients, reused by the reference once written
+        self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
+        self._auto = reference == "auto"
+        self._ref_needed = None if self._auto else "reference=True"  # why every step from now on needs it
+        self._ref_pending = None  # auto: (step record, captured inputs, yb) of the step before, not computed
+        self._ref_from = 0  # auto: the first step with a reference
         named = list(self.module.named_parameters())
         self._pindex = {id(q): i for i, (_, q) in enumerate(named)}
         buffers = [n for n, _ in self.module.named_buffers()]
@@ -486,8 +504,8 @@ class DdpRecorder:
         try:
             self._step(batch_indices, xb, yb, loss)
         finally:  # the step's files are written by the writer thread while training goes on
-            ref, self._ref_grads = self._ref_grads, None
-            self._hand_over(s, None if ref is None else lambda: self.ref.recycle(ref), "s%d.npz" % (s + 1))
+            refs, self._ref_grads = self._ref_grads, []
+            self._hand_over(s, (lambda: [self.ref.recycle(r) for r in refs]) if refs else None, "s%d.npz" % (s + 1))
 
     def _step(self, batch_indices, xb, yb, loss):
         s = len(self.steps)
@@ -542,21 +560,73 @@ class DdpRecorder:
                                if b["reduced"] is not None else None}
                               for k, b in enumerate(self.buckets.take())]
         if self.ref is not None:
-            ref, why = self.ref.compute(yb)
-            self._ref_grads = ref
-            if ref is not None:
-                rec["ref_grads"] = {self.name(n): self._save("%s.ref.%s" % (p, self.name(n)), g, True)
-                                    for n, g in ref.items()}
-                rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
-                            "ref_loss": why["loss"]})
+            captured = self._capture()
+            if self._ref_needed is None:
+                self._ref_needed = self._not_replayed(rec, captured)
+                self._ref_from = rec["step"] if self._ref_pending is None else self._ref_pending[0]["step"]
+                for st in self.steps[:self._ref_from] if self._ref_needed else ():  # not replayed after all
+                    st["ref_note"] = ("reference='auto': not recomputed before step %d, the first that showed the "
+                                      "run is not replayed (%s)" % (self._ref_from, self._ref_needed))
+            if self._ref_needed is None:  # auto, replayed so far: decided at the next step
+                rec["ref_note"] = AUTO_NOTE
+                self._ref_pending = (rec, captured, yb)
             else:
-                rec["ref_note"] = why
+                if self._ref_pending is not None:  # the step before, now that the run turns out not replayed
+                    self._reference(*self._ref_pending)
+                    self._ref_pending = None
+                self._reference(rec, captured, yb)
         if self.scaler is not None and self.scaler.is_enabled():
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
         self._counts = {"ddp": 0, "module": 0}
         self._fwd_buffers = None
+
+    def _capture(self):
+        """This step's forwards as the reference saw them (inputs, RNG states, targets, starting state), taken."""
+        r = self.ref
+        captured = (r.inputs, r.targets, r.start, r.autocast)
+        r.inputs, r.targets, r.start, r.autocast = [], [], None, False
+        return captured
+
+    def _reference(self, rec, captured, yb):
+        """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
+        r = self.ref
+        r.inputs, r.targets, r.start, r.autocast = captured
+        ref, why = r.compute(yb)
+        rec.pop("ref_note", None)
+        if ref is None:
+            rec["ref_note"] = why
+            return
+        self._ref_grads.append(ref)
+        rec["ref_grads"] = {self.name(n): self._save("s%d.ref.%s" % (rec["step"], self.name(n)), g, True)
+                            for n, g in ref.items()}
+        rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
+                    "ref_loss": why["loss"]})
+
+    def _not_replayed(self, rec, captured):
+        """Why ddpcheck will not replay the run, as far as this step shows (None: it replays it so far)."""
+        if self.no_replay:
+            return self.no_replay[0]
+        if any(l["type"] == "dropout" and l["p"] > 0 for l in self.layers or []):
+            return "Dropout(p > 0)"
+        if self.scaler is not None and self.scaler.is_enabled():
+            return "a GradScaler"
+        inputs, _, _, autocast = captured
+        if autocast:
+            return "a forward under torch.autocast"
+        if len(inputs) > 1:
+            return "%d micro-batches in step %d" % (len(inputs), rec["step"])
+        if not self._cadence_ok(rec["scheduler_steps"], rec["step"]):
+            return "a scheduler stepped %d time(s) before step %d" % (rec["scheduler_steps"], rec["step"])
+        return None
+
+    def _cadence_ok(self, k, s):
+        """k scheduler steps before step s: none, or every scheduler once at an epoch's start (what the replay does)."""
+        per_epoch = None
+        if self.sampler is not None and self.batch_size:
+            per_epoch = max(1, math.ceil(len(self.sampler) / self.batch_size))
+        return k == 0 or bool(per_epoch and k == len(self.schedulers) and s % per_epoch == 0)
 
     # -- output --------------------------------------------------------------------------------------------
     def close(self):
@@ -593,6 +663,12 @@ class DdpRecorder:
         if failed is not None:
             step, e = failed
             del self.steps[step:]  # as a synchronous write would have left it: the run stopped at that step
+            lost = "s%d.npz/" % step  # a deferred reference of the step before went to the failed archive
+            for st in self.steps:
+                if any(f.startswith(lost) for f in st.get("ref_grads", {}).values()):
+                    for k in ("ref_grads", "ref_rows", "microbatches", "autocast", "ref_loss"):
+                        st.pop(k, None)
+                    st["ref_note"] = "its reference was written with step %d, whose write failed" % step
             if self.error is None or step < self.error["step"]:
                 self.error = {"step": step, "type": type(e).__name__,
                               "message": str(e).splitlines()[0] if str(e) else type(e).__name__}
@@ -604,8 +680,10 @@ class DdpRecorder:
         ix["protocol"] = {"buckets": self.buckets is not None and self.buckets.note is None,
                           "buckets_note": self.buckets.note if self.buckets is not None else "not wrapped in DDP",
                           "reference": "float64 recomputation of the user's module and loss"
-                          if self.ref is not None and self.ref.note is None else None,
-                          "reference_note": self.ref.note if self.ref is not None else "reference=False"}
+                          if self.ref is not None and self.ref.note is None and self._ref_needed is not None else None,
+                          "reference_note": "reference=False" if self.ref is None else self.ref.note or
+                          (AUTO_NOTE if self._ref_needed is None else "reference='auto': computed from step %d (%s)"
+                           % (self._ref_from, self._ref_needed) if self._auto else None)}
         if self.error is not None:
             ix["error"] = self.error
         with open(os.path.join(self.dir, "index.json.tmp"), "w") as f:
@@ -619,13 +697,9 @@ class DdpRecorder:
         """The replay steps schedulers once per epoch: any other cadence is checked by protocol only."""
         if not self.schedulers or not self.steps:
             return
-        n = len(self.schedulers)
-        per_epoch = None
-        if self.sampler is not None and self.batch_size:
-            per_epoch = max(1, math.ceil(len(self.sampler) / self.batch_size))
         for st in self.steps:
             k, s = st["scheduler_steps"], st["step"]
-            if k == 0 or (per_epoch and k == n and s % per_epoch == 0):
+            if self._cadence_ok(k, s):
                 continue
             self.no_replay.append("a scheduler was stepped %d time(s) before step %d, not once per epoch; the replay "
                                   "steps schedulers per epoch (the lr is checked as recorded)" % (k, s))
