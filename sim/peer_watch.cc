@@ -129,7 +129,10 @@ void PeerWatch::StartHeartbeat(std::unique_ptr<StoreLine> line, HeartbeatTiming 
   std::lock_guard<std::mutex> serial(stop_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   if (!line || beating_ || stop_) return;
-  if (std::none_of(remote_pids_.begin(), remote_pids_.end(), [](long pid) { return pid > 0; })) return;
+  // A peer whose key could not be read may be remote too: beat for it (it watches this rank the same way).
+  bool remote = false;
+  for (size_t r = 0; r < pids_.size(); ++r) remote = remote || remote_pids_[r] > 0 || pids_[r] == 0;
+  if (!remote) return;
   timing_ = timing;
   line_ = std::move(line);
   beating_ = true;
@@ -205,7 +208,8 @@ void PeerWatch::HeartbeatLost(std::vector<LostRank>* lost) const {
   std::map<int, std::string>& run = known.by_run[run_id_];
   for (int r = 0; beating_ && r < world_; ++r) {
     const Beat& b = beats_[static_cast<size_t>(r)];
-    if (remote_pids_[static_cast<size_t>(r)] <= 0 || !b.seen || b.value == kEnded || b.read - b.since < timing_.stale) continue;
+    const bool stale = b.seen && b.value != kEnded && b.read - b.since >= timing_.stale;
+    if (remote_pids_[static_cast<size_t>(r)] <= 0 || !stale) continue;
     const std::string key = run_id_ + "/alive/" + std::to_string(r);
     const std::string where = "process " + std::to_string(remote_pids_[static_cast<size_t>(r)]) + " on host " +
                               remote_hosts_[static_cast<size_t>(r)] + ", not visible from here";
@@ -214,8 +218,11 @@ void PeerWatch::HeartbeatLost(std::vector<LostRank>* lost) const {
                        " (" + where + "): killed, stopped or hung");
   }
   for (const auto& [r, why] : run) {
-    if (r == rank_ || std::any_of(lost->begin(), lost->end(), [r = r](const LostRank& l) { return l.rank == r; })) continue;
-    lost->push_back({r, why});
+    const int rank = r;
+    if (rank == rank_ || std::any_of(lost->begin(), lost->end(), [&](const LostRank& l) { return l.rank == rank; })) {
+      continue;
+    }
+    lost->push_back({rank, why});
   }
 }
 

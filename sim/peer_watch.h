@@ -55,8 +55,9 @@ class PeerWatch {
   // another thread uses the store). Thread-safe.
   std::vector<LostRank> Lost(bool read_store = true);
 
-  // Starts the heartbeat thread over `line` when some peer whose key an earlier Lost() read is on another host;
-  // otherwise drops `line` and does nothing. Call once, after every rank has joined. Thread-safe.
+  // Starts the heartbeat thread over `line` when some peer is on another host (or its key could not be read
+  // by an earlier Lost()); otherwise drops `line` and does nothing. Call once, after every rank has joined.
+  // Thread-safe.
   void StartHeartbeat(std::unique_ptr<StoreLine> line, HeartbeatTiming timing = {});
   // Ends the heartbeat thread, writing "ended" first (unless the store failed just before): within about one
   // store deadline. Idempotent; also run by the destructor.

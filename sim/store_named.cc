@@ -29,7 +29,10 @@ timeval Timeval(std::chrono::milliseconds t) {
 class RedisLine final : public StoreLine {
  public:
   RedisLine(std::string host, int port, std::chrono::milliseconds deadline)
-      : host_(std::move(host)), port_(port), where_("redis://" + host_ + ":" + std::to_string(port)), deadline_(deadline) {}
+      : host_(std::move(host)),
+        port_(port),
+        where_("redis://" + host_ + ":" + std::to_string(port)),
+        deadline_(deadline) {}
   ~RedisLine() override {
     if (c_) redisFree(c_);
   }
@@ -139,7 +142,9 @@ class OverwritableLine final : public StoreLine {
     std::vector<std::optional<std::string>> out(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       std::vector<char> bytes;
-      if (static_cast<OverwritableStore&>(*store_).TryGet(keys[i], &bytes)) out[i] = std::string(bytes.begin(), bytes.end());
+      if (static_cast<OverwritableStore&>(*store_).TryGet(keys[i], &bytes)) {
+        out[i] = std::string(bytes.begin(), bytes.end());
+      }
     }
     return out;
   }

@@ -2,7 +2,9 @@
 // to a bridge in a fourth, with link-local addresses (169.254.77.x/24) that exist only inside them. Redis runs
 // in the first; each "host" runs `ddpcheck launch --nnodes 3 --node-rank K --nproc-per-node 2` under
 // `ip netns exec`, its Gloo device bound to its own address (--gloo-host). The W=6 world must give bitwise the
-// trace of the one-process threads run. Needs root and iproute2 (else SKIP); label `netns`.
+// trace of the one-process threads run; and a rank killed or stopped on one host must be named by every rank on
+// the others, which see neither its process (each host also has a pid namespace of its own) nor its sockets
+// close (SIGSTOP): only its heartbeat in the store. Needs root and iproute2 (else SKIP); label `netns`.
 #include <gloo/rendezvous/store.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,11 +13,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/trace.h"
+#include "tests/process_util.h"
 #include "tests/test_util.h"
 
 namespace ddpcheck::sim {
@@ -86,23 +90,41 @@ class Namespaces {
   std::vector<pid_t> pids_;
 };
 
-TEST(MultiHostNetns, SixRanksOnThreeNamespacedHostsOverRedisGiveTheThreadsTraceBitwise) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces";
-  if (Sh("command -v ip") != 0) GTEST_SKIP() << "no `ip` (iproute2)";
-  if (Sh("command -v redis-server") != 0) GTEST_SKIP() << "no redis-server (apt-get install redis-server)";
-  constexpr int kHosts = 3;
-  Namespaces net(kHosts);
-  if (!net.ok()) GTEST_SKIP() << "cannot make network namespaces / veth pairs / a bridge here";
+constexpr int kHosts = 3;
+
+// Redis in host 0's namespace, reachable from the others at Address(0); "" when it did not come up.
+std::string StartRedis(Namespaces& net) {
   net.Start(0, {"redis-server", "--bind", Address(0), "--port", "6379", "--save", "", "--appendonly", "no",
                 "--protected-mode", "no", "--loglevel", "warning"});
-  const std::string url = "redis://" + Address(0) + ":6379";
-  bool up = false;
-  for (int i = 0; i < 100 && !up; ++i) {
-    up = Sh("ip netns exec " + net.Host(1) + " redis-cli -h " + Address(0) + " ping") == 0 ||
-         Sh("ip netns exec " + net.Host(1) + " bash -c 'exec 3<>/dev/tcp/" + Address(0) + "/6379'") == 0;
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 100; ++i) {
+    if (Sh("ip netns exec " + net.Host(1) + " redis-cli -h " + Address(0) + " ping") == 0 ||
+        Sh("ip netns exec " + net.Host(1) + " bash -c 'exec 3<>/dev/tcp/" + Address(0) + "/6379'") == 0) {
+      return "redis://" + Address(0) + ":6379";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(up) << "redis-server did not come up in " << net.Host(0);
+  return "";
+}
+
+// Three hosts with Redis on the first, or SKIP where they cannot be made.
+class MultiHostNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to make network namespaces";
+    if (Sh("command -v ip") != 0) GTEST_SKIP() << "no `ip` (iproute2)";
+    if (Sh("command -v redis-server") != 0) GTEST_SKIP() << "no redis-server (apt-get install redis-server)";
+    net_ = std::make_unique<Namespaces>(kHosts);
+    if (!net_->ok()) GTEST_SKIP() << "cannot make network namespaces / veth pairs / a bridge here";
+    url_ = StartRedis(*net_);
+    ASSERT_FALSE(url_.empty()) << "redis-server did not come up in " << net_->Host(0);
+  }
+  std::unique_ptr<Namespaces> net_;
+  std::string url_;
+};
+
+TEST_F(MultiHostNetns, SixRanksOnThreeNamespacedHostsOverRedisGiveTheThreadsTraceBitwise) {
+  const Namespaces& net = *net_;
+  const std::string& url = url_;
 
   TempDir dir;
   const auto threads = RunCli("run --world 6 --steps 3 -q --dump-trace " + dir.File("threads"));
@@ -138,6 +160,58 @@ TEST(MultiHostNetns, SixRanksOnThreeNamespacedHostsOverRedisGiveTheThreadsTraceB
   }
   const auto diff = RunCli("diff " + dir.File("procs") + " " + dir.File("threads") + " -q");
   EXPECT_EQ(diff.exit_code, 0) << diff.out << diff.err;
+}
+
+TEST_F(MultiHostNetns, ARankKilledOrStoppedOnAnotherHostIsNamedByEveryRankWithinTheTimeout) {
+  if (Sh("unshare --pid --kill-child --mount-proc true") != 0) GTEST_SKIP() << "cannot make a pid namespace here";
+  const Namespaces& net = *net_;
+  const std::string& url = url_;
+  constexpr int kTimeoutMs = 2000;
+  const double limit = (kTimeoutMs + (testing::kSanitizerBuild ? 15000 : 5000)) / 1000.0;
+  for (int signal : {SIGKILL, SIGSTOP}) {
+    TempDir dir;
+    const std::string id = "netns-lost-" + std::to_string(signal) + "-" + std::to_string(getpid());
+    std::vector<std::thread> nodes;
+    std::vector<int> codes(kHosts, -1);
+    for (int h = 0; h < kHosts; ++h) {
+      nodes.emplace_back([&, h] {
+        const std::string cmd = "ip netns exec " + net.Host(h) + " unshare --pid --kill-child --mount-proc '" +
+                                DDPCHECK_BINARY + "' launch --nnodes 3 --node-rank " + std::to_string(h) +
+                                " --nproc-per-node 2 --rendezvous " + url + " --run-id " + id +
+                                " -- ddpcheck run --world 6 --epochs 1000 --steps 2000 -q --timeout-ms " +
+                                std::to_string(kTimeoutMs) + " --gloo-host " + Address(h) + " >" +
+                                dir.File("out" + std::to_string(h)) + " 2>&1";
+        const int status = std::system(cmd.c_str());
+        codes[static_cast<size_t>(h)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+      });
+    }
+    const pid_t victim = testing::WaitForRank(id, 4, std::chrono::seconds(20));  // on host 2
+    const bool started = victim > 0 && testing::WaitForRank(id, 0, std::chrono::seconds(20)) > 0;
+    if (started) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the training steps
+      EXPECT_EQ(kill(victim, signal), 0);
+    }
+    const auto fault = std::chrono::steady_clock::now();
+    for (auto& t : nodes) t.join();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - fault).count();
+    ASSERT_TRUE(started) << "rank 4 or rank 0 never started\n" << testing::ReadFile(dir.File("out2"));
+    std::printf("[ measured ] %s of rank 4 (host 2): every host's launch ended %.2f s after it\n", strsignal(signal),
+                secs);
+    EXPECT_LT(secs, limit);
+    std::string all;
+    for (int h = 0; h < kHosts; ++h) {
+      const std::string out = testing::ReadFile(dir.File("out" + std::to_string(h)));
+      all += out;
+      EXPECT_EQ(codes[static_cast<size_t>(h)], 1) << out;
+      EXPECT_THAT(out, ::testing::Not(::testing::HasSubstr("PASS")));
+    }
+    for (int r : {0, 1, 2, 3}) {
+      EXPECT_THAT(testing::RankLine(all, r), ::testing::HasSubstr("rank 4 lost: its heartbeat")) << all;
+    }
+    EXPECT_THAT(testing::RankLine(all, 5), ::testing::HasSubstr("rank 4 lost")) << all;
+    EXPECT_THAT(all, ::testing::HasSubstr("ddpcheck launch: rank 4 lost")) << all;
+    EXPECT_TRUE(testing::NoneLeft(id, std::chrono::seconds(3)));
+  }
 }
 
 }  // namespace

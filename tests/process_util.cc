@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "sim/peer_watch.h"
@@ -126,6 +127,15 @@ pid_t WaitForRank(const std::string& run_id, int rank, std::chrono::milliseconds
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return -1;
+}
+
+std::string RankLine(const std::string& err, int rank) {
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("ddpcheck run:") == 0 && line.find(": rank " + std::to_string(rank) + " of ") != std::string::npos)
+      return line;
+  }
+  return "";
 }
 
 bool NoneLeft(const std::string& run_id, std::chrono::milliseconds limit) {

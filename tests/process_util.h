@@ -60,4 +60,7 @@ pid_t WaitForRank(const std::string& run_id, int rank, std::chrono::milliseconds
 // Polls until no process of `run_id` is alive; true when none is left within `limit`.
 bool NoneLeft(const std::string& run_id, std::chrono::milliseconds limit);
 
+// The line of `err` that rank `rank`'s `ddpcheck run` printed ("ddpcheck run: ... rank R of W (..."), or "".
+std::string RankLine(const std::string& err, int rank);
+
 }  // namespace ddpcheck::testing

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -38,6 +37,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::Background;
 using testing::NoneLeft;
+using testing::RankLine;
 using testing::RedisServer;
 using testing::TempDir;
 using testing::WaitForRank;
@@ -51,16 +51,6 @@ constexpr std::chrono::milliseconds kLimit(kTimeoutMs + (testing::kSanitizerBuil
 std::string UniqueRunId(const std::string& what) {
   static int n = 0;
   return "rtf-" + what + "-" + std::to_string(getpid()) + "-" + std::to_string(++n);
-}
-
-// The line of `err` that rank `rank`'s `ddpcheck run` printed ("... rank R of 4 (..."), or "".
-std::string RankLine(const std::string& err, int rank) {
-  std::istringstream in(err);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("ddpcheck run:") == 0 && line.find(": rank " + std::to_string(rank) + " of ") != std::string::npos)
-      return line;
-  }
-  return "";
 }
 
 // Which ranks a Launch starts: all four on one node (the default), or one node of several (`nodes`, e.g.
@@ -227,7 +217,7 @@ TEST_P(RemoteRankLost, IsNamedByItsHeartbeatOnEverySurvivorWithinTheTimeout) {
   if (f.redis && redis.url().empty()) GTEST_SKIP() << "redis-server not installed or did not start";
   const std::string url = f.redis ? redis.url() : "file://" + shared.File("store");
   const std::string flags = "--epochs 1000 --steps 2000";
-  Launch host0(f.name, "--rendezvous " + url, flags, {"--nnodes 2 --node-rank 0 --nproc-per-node 2"});
+  Launch host0(f.name, "--rendezvous " + url, flags, {"--nnodes 2 --node-rank 0 --nproc-per-node 2", "", ""});
   Launch host1(f.name, "--rendezvous " + url, flags,
                {"--nnodes 2 --node-rank 1 --nproc-per-node 2", host0.run_id(), kOtherHost});
   // Well into the training steps, early enough for small trace shards: rank 2 entering collective #60.
@@ -247,7 +237,8 @@ TEST_P(RemoteRankLost, IsNamedByItsHeartbeatOnEverySurvivorWithinTheTimeout) {
   std::vector<double> named(survivors.size(), -1);
   for (size_t left = survivors.size(); left > 0 && Clock::now() < fault + kLimit + std::chrono::seconds(10);) {
     for (size_t i = 0; i < survivors.size(); ++i) {
-      if (named[i] >= 0 || RankLine(survivors[i].second->err(), survivors[i].first).find("rank 2 lost") == std::string::npos) continue;
+      const std::string line = RankLine(survivors[i].second->err(), survivors[i].first);
+      if (named[i] >= 0 || line.find("rank 2 lost") == std::string::npos) continue;
       named[i] = std::chrono::duration<double>(Clock::now() - fault).count();
       --left;
     }
