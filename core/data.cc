@@ -1,5 +1,6 @@
 #include "core/data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -47,6 +48,22 @@ std::vector<double> Matrix(Draws& d, int64_t rows, int64_t cols, bool exact, dou
 
 }  // namespace
 
+namespace {
+
+// Row r of xs (n, in) times w (in, out), each sum over k in ascending order (the dataset's definition): k runs
+// outermost so that w is read row by row, the same additions in the same order as a dot product per column.
+void RowTimes(const std::vector<double>& xs, const std::vector<double>& w, int64_t r, int64_t in, int64_t out,
+              std::vector<double>* acc) {
+  acc->assign(static_cast<size_t>(out), 0.0);
+  for (int64_t k = 0; k < in; ++k) {
+    const double xk = xs[static_cast<size_t>(r * in + k)];
+    const double* wk = w.data() + k * out;
+    for (int64_t c = 0; c < out; ++c) (*acc)[static_cast<size_t>(c)] += xk * wk[c];
+  }
+}
+
+}  // namespace
+
 Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
   const DataSpec& spec = s.data;
   if (spec.kind == "npy" || spec.kind == "inline") {
@@ -64,13 +81,10 @@ Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
   if (spec.kind == "regression") {
     std::vector<double> a = Matrix(d, in, out, spec.exact, 1.0 / std::sqrt(static_cast<double>(in)));
     std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
-    std::vector<double> ys(static_cast<size_t>(n * out));
+    std::vector<double> ys(static_cast<size_t>(n * out)), acc;
     for (int64_t r = 0; r < n; ++r) {
-      for (int64_t c = 0; c < out; ++c) {
-        double acc = 0;
-        for (int64_t k = 0; k < in; ++k) acc += xs[static_cast<size_t>(r * in + k)] * a[static_cast<size_t>(k * out + c)];
-        ys[static_cast<size_t>(r * out + c)] = acc;
-      }
+      RowTimes(xs, a, r, in, out, &acc);
+      std::copy(acc.begin(), acc.end(), ys.begin() + r * out);
     }
     for (double& v : ys) v = spec.exact ? static_cast<double>(d.Int(-4, 4)) / 4.0 : v + 0.1 * d.Normal();
     *x = Rounded(Tensor(DType::kFloat64, {n, in}, std::move(xs)), s.precision);
@@ -81,14 +95,13 @@ Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
     std::vector<double> w(static_cast<size_t>(in * out));
     for (double& v : w) v = spec.exact ? static_cast<double>(d.Int(-2, 2)) : d.Normal();
     std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
-    std::vector<double> labels(static_cast<size_t>(n));
+    std::vector<double> labels(static_cast<size_t>(n)), acc;
     for (int64_t r = 0; r < n; ++r) {
+      RowTimes(xs, w, r, in, out, &acc);
       double best = 0;
       for (int64_t c = 0; c < out; ++c) {
-        double acc = 0;
-        for (int64_t k = 0; k < in; ++k) acc += xs[static_cast<size_t>(r * in + k)] * w[static_cast<size_t>(k * out + c)];
-        if (c == 0 || acc > best) {
-          best = acc;
+        if (c == 0 || acc[static_cast<size_t>(c)] > best) {
+          best = acc[static_cast<size_t>(c)];
           labels[static_cast<size_t>(r)] = static_cast<double>(c);
         }
       }

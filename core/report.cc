@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <sstream>
 
@@ -55,6 +56,9 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     }
   }
   auto& map = report->divergence_map;
+  const Tensor *last_got = nullptr, *last_want = nullptr;
+  double max_err = 0;
+  bool differs = false;
   for (const auto& [key, value] : got.records()) {
     if (key.rank == kAllRanks) continue;
     RunReport::Cell& cell = map[key.rank][key.step];
@@ -73,23 +77,36 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     scale = std::max(scale, scale_at[{key.step, key.checkpoint}]);
     const double budget = exact ? 0.0 : policy.Budget(key.checkpoint, key.step, scale);
     if (!exact) summary.exact = false;
-    for (size_t i = 0; i < w->data.size(); ++i) {
+    // Every figure below grows with the error, so the tensor's largest error gives them all (NaN against NaN
+    // counts as equal, NaN against a number as an infinite error). A rank holding bitwise the tensor the
+    // rank before it held, against the same reference value, has its errors.
+    const bool repeat = last_got && last_want == w && last_got->shape == value.shape &&
+                        last_got->data.size() == value.data.size() &&
+                        std::memcmp(last_got->data.data(), value.data.data(), value.data.size() * sizeof(double)) == 0;
+    last_got = &value;
+    last_want = w;
+    if (!repeat) {
+      max_err = 0;
+      differs = false;
+    }
+    for (size_t i = 0; i < w->data.size() && !repeat; ++i) {
       const double g = value.data[i], v = w->data[i];
       if (std::isnan(g) && std::isnan(v)) continue;
       double err = g == v ? 0.0 : std::abs(g - v);
       if (std::isnan(err)) err = INFINITY;
-      if (floating) {
-        for (double* m : {&cell.max_abs_err, &rank_cell.max_abs_err, &summary.max_abs_err}) *m = std::max(*m, err);
-      }
-      if (!exact) {
-        const double used = Ratio(err, budget);
-        for (double* m : {&cell.budget_used, &rank_cell.budget_used, &summary.max_budget_used}) {
-          *m = std::max(*m, used);
-        }
-        summary.max_scaled_err = std::max(summary.max_scaled_err, Ratio(err, scale));
-      }
-      if (exact ? g != v : err > budget) cell.failed = rank_cell.failed = true;
+      max_err = std::max(max_err, err);
+      differs = differs || g != v;
     }
+    if (w->data.empty()) continue;
+    if (floating) {
+      for (double* m : {&cell.max_abs_err, &rank_cell.max_abs_err, &summary.max_abs_err}) *m = std::max(*m, max_err);
+    }
+    if (!exact) {
+      const double used = Ratio(max_err, budget);
+      for (double* m : {&cell.budget_used, &rank_cell.budget_used, &summary.max_budget_used}) *m = std::max(*m, used);
+      summary.max_scaled_err = std::max(summary.max_scaled_err, Ratio(max_err, scale));
+    }
+    if (exact ? differs : max_err > budget) cell.failed = rank_cell.failed = true;
   }
   for (const auto& m : report->result.mismatches) {
     if (m.key.rank == kAllRanks) continue;
