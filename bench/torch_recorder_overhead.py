@@ -96,7 +96,8 @@ def main():
     plain = results["plain"]
     for mode in ("plain", "recorded", "recorded-reference", "recorded-no-reference"):
         r = results[mode]
-        print(json.dumps({"mode": mode, "reference": REFERENCE.get(mode), "world": args.world, "width": args.width, "batch": args.batch,
+        print(json.dumps({"mode": mode, "reference": REFERENCE.get(mode), "world": args.world, "width": args.width,
+                          "batch": args.batch,
                           "step_s": round(r["step"], 6), "ratio": round(r["step"] / plain["step"], 3),
                           "loop_s_per_step": round(r["loop"], 6), "loop_ratio": round(r["loop"] / plain["loop"], 3),
                           "main_cpu_s_per_step": round(r["main_cpu"], 6), "cpu_s_per_step": round(r["cpu"], 6)}))

@@ -215,7 +215,9 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                       "it replays: the step-local check compares them with the single-process step)";
   }
   if (!missing.empty()) out->skipped.push_back("single-process reference at " + missing);
-  if (!any && !by_replay && missing.empty()) out->skipped.push_back("single-process reference: " + (r.reference_note.empty() ? "not recorded" : r.reference_note));
+  if (!any && !by_replay && missing.empty()) {
+    out->skipped.push_back("single-process reference: " + (r.reference_note.empty() ? "not recorded" : r.reference_note));
+  }
 }
 
 }  // namespace ddpcheck::core

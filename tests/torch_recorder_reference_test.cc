@@ -103,7 +103,8 @@ TEST(RecorderReference, AutoLeavesAReplayedRunToTheReplayAndStillNamesLossScaleP
   ASSERT_EQ(clean.exit_code, 0) << clean.out;
   EXPECT_EQ(StepsWithReference(clean.index), 0);
   EXPECT_TRUE(clean.index.at("replay").at("possible").get<bool>());
-  EXPECT_EQ(clean.index.at("steps")[0].at("ref_note").get<std::string>().rfind("reference='auto': not recomputed", 0), 0u);
+  const std::string note = clean.index.at("steps")[0].at("ref_note");
+  EXPECT_EQ(note.rfind("reference='auto': not recomputed", 0), 0u) << note;
   const std::string reference = clean.report.at("torch_compare").at("protocol").at("reference");
   EXPECT_NE(reference.find("ddpcheck's float64 replay"), std::string::npos) << reference;
 

@@ -17,9 +17,9 @@ Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process
             sched.step()
 
 Any nn.Module is recorded for the protocol check (its DDP hooks and the float64 reference live in
-ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is a little under 600
-lines: it is the one module users import, holding the recorder, its file writer and the replay's description of
-the run.)
+ddpcheck_torch_protocol.py); the models describe_model knows are also replayed. (This file is about 760 lines:
+it is the one module users import, holding the recorder, its archive writer and the replay's description of the
+run.)
 
 Each rank writes OUT_DIR/rank<r>/index.json plus one archive per step (s<k>.npz: an uncompressed zip of .npy
 files, np.load reads it) and init.npz, dataset.npz. An exception inside the `with` block is recorded in the index
@@ -317,6 +317,54 @@ class _Writer:
             os.close(fd)
 
 
+class _Rows:
+    """The latest row of every dataset index the batches showed (the dataset rebuilt when set_dataset was not
+    called), in index arrays: a batch is copied once and kept while a row of it is the latest of its index."""
+
+    def __init__(self):
+        self._bid = np.full(0, -1, np.int64)  # dataset row -> id of the batch holding its latest value (-1: none)
+        self._pos = np.zeros(0, np.int64)  # dataset row -> its row in that batch
+        self._batches = {}  # batch id -> [the batch's copy, how many of its rows are the latest of their index]
+        self.first = None  # the first dataset row seen (its batch gives the rows' shape and dtype)
+
+    def put(self, bid, rows, batch):
+        """rows: the batch's dataset rows (non-negative int64 array), in order; a later row of an index wins."""
+        if rows.max() >= self._bid.size:
+            grow = max(int(rows.max()) + 1, 2 * self._bid.size) - self._bid.size
+            self._bid = np.concatenate([self._bid, np.full(grow, -1, np.int64)])
+            self._pos = np.concatenate([self._pos, np.zeros(grow, np.int64)])
+        if self.first is None:
+            self.first = int(rows[0])
+        self._batches[bid] = [torch.as_tensor(batch).detach().clone(), 0]
+        unique = np.unique(rows).size == rows.size
+        for part in ([rows] if unique else [rows[j:j + 1] for j in range(rows.size)]):  # repeats: one at a time
+            old = self._bid[part]
+            for b, c in zip(*np.unique(old[old >= 0], return_counts=True)):
+                self._batches[int(b)][1] -= int(c)
+            self._bid[part] = bid
+            self._batches[bid][1] += part.size
+        self._pos[rows] = np.arange(rows.size) if unique else 0
+        if not unique:
+            for j, i in enumerate(rows.tolist()):
+                self._pos[i] = j
+        for b in [b for b, e in self._batches.items() if e[1] == 0]:
+            del self._batches[b]
+
+    def seen(self):
+        """The dataset rows seen, ascending."""
+        return np.nonzero(self._bid >= 0)[0]
+
+    def tensor(self, n):
+        """(n, *row shape) zeros holding every row seen; the row shape and dtype are the first seen row's batch's."""
+        first = self._batches[int(self._bid[self.first])][0]
+        out = torch.zeros((n,) + tuple(first.shape[1:]), dtype=first.dtype)
+        rows = self.seen()
+        for bid, (batch, _) in self._batches.items():
+            mine = rows[self._bid[rows] == bid]
+            out[torch.from_numpy(mine)] = batch[torch.from_numpy(self._pos[mine])].to(out.dtype)
+        return out
+
+
 _ZIP_LOCAL = struct.Struct("<IHHHHHIIIHH")
 _ZIP_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
 _ZIP_END = struct.Struct("<IHHHHIIH")
@@ -334,8 +382,9 @@ class DdpRecorder:
 
     reference: the float64 single-process reference (one more forward and backward per micro-batch, in float64).
     "auto" (the default) computes it where ddpcheck cannot replay the run (a module, loss, optimizer or scheduler
-    cadence it does not replay, Dropout(p > 0), autocast, a GradScaler, several micro-batches per step, no sampler
-    or batch indices); for a replayed run ddpcheck's replay is the reference. A step is decided at the next one
+    cadence it does not replay, Dropout(p > 0), several micro-batches per step, no sampler or batch indices) and
+    for autocast and GradScaler runs (replayed too, but kept safe); for a replayed run ddpcheck's replay is the
+    reference. A step is decided at the next one
     (a scheduler stepped per iteration shows only then): the reference of the step before is computed then, and
     once one step needs it every later step has it. True: every step; False: none."""
 
@@ -371,7 +420,7 @@ class DdpRecorder:
         self.steps = []
         self.error = None
         self.dataset = None
-        self.x_rows, self.y_rows = {}, {}
+        self.x_rows, self.y_rows = _Rows(), _Rows()
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
@@ -517,13 +566,16 @@ class DdpRecorder:
             idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
         if self.batch_size is None and idx.numel():
             self.batch_size = int(idx.numel())
-        # One copy of the batch, kept as row views (a batch lives while a row of it is the latest of its index).
-        if xb is not None and idx.numel():
-            for i, row in zip(idx.tolist(), torch.as_tensor(xb).detach().clone()):
-                self.x_rows[i] = row
-        if yb is not None and idx.numel():
-            for i, row in zip(idx.tolist(), torch.as_tensor(yb).detach().clone()):
-                self.y_rows[i] = row
+        # One copy of the batch (kept while a row of it is the latest of its index).
+        rows = idx.numpy() if (xb is not None or yb is not None) and idx.numel() else None
+        if rows is not None and rows.min() < 0:
+            rows = None
+            if "rec.step() got negative batch indices" not in self.no_replay:
+                self.no_replay.append("rec.step() got negative batch indices")
+        if xb is not None and rows is not None:
+            self.x_rows.put(s, rows, xb)
+        if yb is not None and rows is not None:
+            self.y_rows.put(s, rows, yb)
         p = "s%d" % s
         opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
         lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
@@ -645,17 +697,12 @@ class DdpRecorder:
         if self.dataset is not None:
             ix["dataset"] = {"x": self._save("dataset.x", self.dataset[0]), "y": self._save("dataset.y", self.dataset[1]),
                              "complete": True}
-        elif self.x_rows:
-            n = max(max(self.x_rows) + 1, (ix.get("sampler") or {}).get("len") or 0)
-            x0, y0 = next(iter(self.x_rows.values())), next(iter(self.y_rows.values()))
-            X = torch.zeros((n,) + tuple(x0.shape), dtype=x0.dtype)
-            Y = torch.zeros((n,) + tuple(y0.shape), dtype=y0.dtype)
-            for i, v in self.x_rows.items():
-                X[i] = v
-            for i, v in self.y_rows.items():
-                Y[i] = v
-            ix["dataset"] = {"x": self._save("dataset.x", X), "y": self._save("dataset.y", Y),
-                             "complete": len(self.x_rows) == n, "rows_seen": sorted(self.x_rows)}
+        elif self.x_rows.first is not None and self.y_rows.first is not None:
+            seen = self.x_rows.seen()
+            n = max(int(seen[-1]) + 1, (ix.get("sampler") or {}).get("len") or 0)
+            ix["dataset"] = {"x": self._save("dataset.x", self.x_rows.tensor(n)),
+                             "y": self._save("dataset.y", self.y_rows.tensor(n)),
+                             "complete": seen.size == n, "rows_seen": seen.tolist()}
         batch = (os.path.join(self.dir, self._archive), self._entries, self._files)
         self._entries, self._files, self._archive_bytes = [], [], 0
         self._writer.close(batch, len(self.steps))  # every file is on disk before the index that names them
