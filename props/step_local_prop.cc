@@ -65,9 +65,8 @@ core::Scenario RandomScenario() {
   }
   s.epochs = 2;
   s.precision = *rc::gen::element(core::DType::kFloat64, core::DType::kFloat32);
-  // Autocast (bfloat16 / float16) with or without a GradScaler on float32 master weights, SyncBatchNorm aside.
-  const bool syncbn = s.model.size() == 4 && s.model[1].type == "syncbatchnorm1d";
-  if (s.precision == core::DType::kFloat32 && !syncbn && *rc::gen::arbitrary<bool>()) {
+  // Autocast (bfloat16 / float16) with or without a GradScaler on float32 master weights.
+  if (s.precision == core::DType::kFloat32 && *rc::gen::arbitrary<bool>()) {
     s.amp.enabled = true;
     s.amp.grad_scaler = *rc::gen::arbitrary<bool>();
     s.amp.init_scale = *rc::gen::element(1.0, 1024.0, 65536.0);

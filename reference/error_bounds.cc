@@ -530,7 +530,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
       // SyncBatchNorm synchronises in training over a group of more than one rank; its rules need every rank.
       const core::SyncBnGroup* group = m0.sync_bn_group();
       const bool syncs = sbn->Syncs(group);
-      if (syncs && (static_cast<int>(J) != group->world() || m0.autocast())) return false;  // no autocast rules
+      if (syncs && static_cast<int>(J) != group->world()) return false;
       synced[ii] = syncs;
       for (const Member& mb : ms) {
         if (syncs && mb.m->layer_bypassed(i)) return false;
@@ -569,6 +569,10 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
         c.batch_stats = true;
         Normalize(st.mean, st.emean, st.var, st.evar, o.eps, o.affine ? m.param_data(pb) : nullptr,
                   o.affine ? m.param_data(pb + 1) : nullptr, u, &c);
+        // Under autocast a low input's output is rounded to the low type (statistics exchanged in float).
+        if (m.autocast() && c.in_low) {
+          RoundedToLow(*m.autocast(), i + 1 < nl ? &m.layer_input(i + 1) : &m.output(), &c.out, &c.eout);
+        }
       }
     } else {
       for (size_t j = 0; j < J; ++j) {
@@ -625,7 +629,10 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
       sums.Add(g[j], eg[j], cache[j][ii]);
     }
     sums.Finish(rows, static_cast<double>(J), u);
-    for (size_t j = 0; j < J; ++j) BatchNormInputGrad(cache[j][ii], g[j], eg[j], sums, rows, 8, u, &d[j], &ed[j]);
+    for (size_t j = 0; j < J; ++j) {
+      BatchNormInputGrad(cache[j][ii], g[j], eg[j], sums, rows, 8, u, &d[j], &ed[j]);
+      if (cache[j][ii].in_low) GradRoundedToLow(*ms[j].m->autocast(), &d[j], &ed[j]);
+    }
   }
   for (MicroBatchBounds& b : r) {
     if (std::isnan(b.loss)) b.loss = kInf;

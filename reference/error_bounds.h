@@ -43,8 +43,8 @@ struct MicroBatchBounds {
 // Under autocast (m.autocast()) the run's roundings to the low type are bounded as reference/error_bounds.cc
 // explains: a forward rounding by where the interval of the float value rounds (usually exactly), a backward
 // product with the low type's g(n), as if it had accumulated in it (docs/tolerance.md).
-// False (out untouched) where the model has a layer without rules here (an active Dropout under autocast,
-// a synchronising SyncBatchNorm under autocast), or a SyncBatchNorm1d that
+// False (out untouched) where the model has a layer without rules here (an active Dropout under autocast),
+// or a SyncBatchNorm1d that
 // synchronises over more than one rank: its statistics and input gradient need every rank's rows, so those
 // models go through GroupMicroBatchErrorBounds. The caller then falls back to the normwise policy.
 bool MicroBatchErrorBounds(const Model<double>& m, const Matrix<double>& x, const core::Tensor& y,

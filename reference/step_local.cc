@@ -318,17 +318,15 @@ class Replayer {
 
 bool StepLocalSupported(const core::Scenario& s) {
   if (!s.amp.enabled) return true;
-  // Autocast, with a GradScaler that does not clip; SyncBatchNorm under autocast has no rules (error_bounds.h).
-  return s.amp.clip_grad_norm == 0 && std::none_of(s.model.begin(), s.model.end(), [](const core::LayerSpec& l) {
-    return l.type == "syncbatchnorm1d";
-  });
+  // Autocast, with or without a GradScaler that does not clip (clipping has no rules in error_bounds.h).
+  return s.amp.clip_grad_norm == 0;
 }
 
 namespace {
 
 core::Status Replay(const core::Scenario& s, const core::Trace& recorded, core::Trace* values, core::Trace* bounds,
                     std::function<void(int64_t)> on_step_start) {
-  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: gradient clipping under AMP, or SyncBatchNorm under autocast, is not supported");
+  if (!StepLocalSupported(s)) return core::Status::Invalid("step-local replay: gradient clipping under AMP is not supported");
   core::Scenario s64 = s;
   s64.precision = core::DType::kFloat64;
   DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&s64));

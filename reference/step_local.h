@@ -18,8 +18,7 @@
 
 namespace ddpcheck::ref {
 
-// Whether ReplayStepLocal supports the scenario: no AMP, or AMP without gradient clipping and without
-// SyncBatchNorm (the replay emulates autocast's roundings in float64, reference/error_bounds.h bounds them; a
+// Whether ReplayStepLocal supports the scenario: no AMP, or AMP without gradient clipping (the replay emulates autocast's roundings in float64, reference/error_bounds.h bounds them; a
 // GradScaler's state at each step's start is the run's record of the step before, kScaler "scale" and
 // "growth_tracker"); the harness uses the normwise policy otherwise. SyncBatchNorm layers are bounded over
 // every rank's rows (GroupMicroBatchErrorBounds).
