@@ -32,8 +32,18 @@ core::Status ProduceWant(const core::Scenario* s, const CheckOptions& opts, Prod
 
 }  // namespace
 
-core::Status Finish(const std::optional<core::Scenario>& s, Produced got, const CheckOptions& opts,
+core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got, const CheckOptions& opts,
                     core::RunReport* report, core::Trace* got_trace, core::Trace* want_trace) {
+  // A run that ended early (a lost rank, a timeout: its trace has events) is checked as far as it got and one
+  // step beyond (where a rank that stopped is reported missing): the oracle and the replay do not compute the
+  // steps no rank reached (a run of --steps 2000 that lost a rank at step 150 would otherwise wait for 2000
+  // reference steps before its verdict).
+  std::optional<core::Scenario> s = scenario;
+  if (s && !got.trace.events().empty() && !got.trace.records().empty()) {
+    int64_t last = got.trace.records().rbegin()->first.step;  // records are ordered by step first
+    for (const auto& e : got.trace.events()) last = std::max(last, e.step);
+    if (s->steps < 0 || s->steps > last + 2) s->steps = last + 2;
+  }
   const bool has_oracle = opts.replay && (opts.want.has_value() || s.has_value());
   Produced want;
   if (has_oracle) DDPCHECK_RETURN_IF_ERROR(ProduceWant(s ? &*s : nullptr, opts, &want).Prefixed("oracle"));
