@@ -38,7 +38,7 @@ struct LostRank {
 
 struct HeartbeatTiming {
   std::chrono::milliseconds period{250};  // how often a rank replaces its key and reads its remote peers'
-  std::chrono::milliseconds stale{2000};  // a remote peer whose counter did not advance for this long is lost
+  std::chrono::milliseconds stale{1500};  // a remote peer whose counter did not advance for this long is lost
   // The longest a caller waits for the heartbeats' verdict on a failure: `stale` plus two rounds of reading.
   std::chrono::milliseconds verdict() const { return stale + 2 * period; }
 };
