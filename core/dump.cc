@@ -346,7 +346,10 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
     if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");
     if (replay_autocast) {
       // torch 1.13's CPU autocast runs in bfloat16 only; a recorder that says otherwise names the dtype.
-      const std::string low = out->ranks[0].index.value("autocast_dtype", std::string("bfloat16"));
+      const auto& ix0 = out->ranks[0].index;
+      const bool named = ix0.contains("autocast_dtype") && ix0.at("autocast_dtype").is_string();
+      const std::string low = named ? ix0.at("autocast_dtype").get<std::string>()
+                                    : (ix0.contains("autocast_dtype") ? "(not a string)" : "bfloat16");
       if (low != "bfloat16" && low != "float16") {
         return Status::Invalid(dir + "/rank0/index.json: /autocast_dtype: expected bfloat16 or float16, got '" + low + "'");
       }

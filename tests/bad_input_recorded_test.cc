@@ -187,6 +187,22 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
   }
 }
 
+// A run recorded under autocast in every step is replayed with autocast's roundings; the dtype it names must be
+// one autocast has.
+TEST(BadRecordedInput, AnAutocastDumpNamingNoAutocastDtypeExits2NamingThePointer) {
+  TempDir dir;
+  for (const json& low : {json(7), json("int8")}) {
+    SCOPED_TRACE(low.dump());
+    std::filesystem::remove_all(dir.File("d"));
+    json ix = WriteDump(dir.File("d"));
+    ix["dtype"] = "float32";  // autocast keeps float32 parameters
+    for (auto& st : ix["steps"]) st["autocast"] = true;
+    ix["autocast_dtype"] = low;
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"index.json", "/autocast_dtype"});
+  }
+}
+
 TEST(BadRecordedInput, DeeplyNestedDumpIndexExits2) {
   TempDir dir;
   WriteDump(dir.path());
