@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <tuple>
 
 #include "core/json_reader.h"
@@ -124,6 +125,17 @@ Status Trace::Write(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Io(dir + ": cannot create trace folder: " + ec.message());
+  std::map<std::string, std::string> files;
+  DDPCHECK_RETURN_IF_ERROR(Encode(&files));
+  // The tensors first, the index last: a folder with an index.json is complete.
+  for (const auto& [name, bytes] : files) {
+    if (name != "index.json") DDPCHECK_RETURN_IF_ERROR(WriteStringToFile(dir + "/" + name, bytes));
+  }
+  return WriteStringToFile(dir + "/index.json", files.at("index.json"));
+}
+
+Status Trace::Encode(std::map<std::string, std::string>* files) const {
+  files->clear();
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json index = {{"format", kFormat}, {"version", kFormatVersion}, {"meta", meta}};
   nlohmann::json records = nlohmann::json::array();
@@ -141,7 +153,8 @@ Status Trace::Write(const std::string& dir) const {
       r["values"] = std::move(values);
     } else {
       std::string file = "t" + std::to_string(file_no++) + ".npy";
-      DDPCHECK_RETURN_IF_ERROR(WriteNpy(dir + "/" + file, t));
+      Status st = EncodeNpy(t, &(*files)[file]);
+      if (!st.ok()) return st.Prefixed(file);
       r["file"] = file;
     }
     records.push_back(std::move(r));
@@ -153,7 +166,8 @@ Status Trace::Write(const std::string& dir) const {
                       {"kind", e.kind}, {"message", e.message}});
   }
   index["events"] = std::move(events);
-  return WriteStringToFile(dir + "/index.json", index.dump(1) + "\n");
+  (*files)["index.json"] = index.dump(1) + "\n";
+  return Status::Ok();
 }
 
 namespace {
@@ -171,7 +185,10 @@ Status IndexInt(const nlohmann::json& v, const std::string& where, int64_t lo, i
   return Status::Ok();
 }
 
-Status ReadRecord(const nlohmann::json& r, const std::string& dir, const std::string& where, TraceKey* key,
+// Loads a record's .npy file by its name in the trace (a folder's file, or bytes in memory).
+using NpyLoader = std::function<Status(const std::string& file, Tensor* out)>;
+
+Status ReadRecord(const nlohmann::json& r, const NpyLoader& load, const std::string& where, TraceKey* key,
                   Tensor* value) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(
@@ -208,7 +225,7 @@ Status ReadRecord(const nlohmann::json& r, const std::string& dir, const std::st
       return JsonError(o.PathOf("file"), "must be the name of a .npy file inside the trace folder", o.At("file"));
     }
     Tensor loaded;
-    DDPCHECK_RETURN_IF_ERROR(ReadNpy(dir + "/" + file, &loaded).Prefixed(o.PathOf("file")));
+    DDPCHECK_RETURN_IF_ERROR(load(file, &loaded).Prefixed(o.PathOf("file")));
     if (loaded.shape != value->shape) {
       return Status::Invalid(o.PathOf("file") + ": " + file + " has shape " + ShapeString(loaded.shape) +
                              ", the record says " + ShapeString(value->shape));
@@ -275,6 +292,24 @@ Status Trace::Read(const std::string& dir, Trace* out) {
   }
   nlohmann::json index;
   DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, &index));
+  return FromIndex(index, path, [&](const std::string& file, Tensor* t) { return ReadNpy(dir + "/" + file, t); }, out);
+}
+
+Status Trace::Decode(const std::map<std::string, std::string>& files, const std::string& where, Trace* out) {
+  const auto it = files.find("index.json");
+  if (it == files.end()) return Status::Invalid(where + ": no index.json");
+  const std::string path = where + "/index.json";
+  nlohmann::json index;
+  DDPCHECK_RETURN_IF_ERROR(ParseJsonText(it->second, path, &index));
+  return FromIndex(index, path, [&](const std::string& file, Tensor* t) {
+    const auto f = files.find(file);
+    if (f == files.end()) return Status::Invalid(where + ": " + file + " is missing");
+    return ParseNpy(f->second, where + "/" + file, t);
+  }, out);
+}
+
+Status Trace::FromIndex(const nlohmann::json& index, const std::string& path,
+                        const std::function<Status(const std::string&, Tensor*)>& load, Trace* out) {
   if (!index.is_object() || !index.contains("format") || index.at("format") != kFormat) {
     return Status::Invalid(path + ": not a ddpcheck trace (missing \"format\": \"" + kFormat + "\")");
   }
@@ -293,7 +328,7 @@ Status Trace::Read(const std::string& dir, Trace* out) {
   for (size_t i = 0; i < records.size(); ++i) {
     TraceKey key;
     Tensor value;
-    DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], dir, JsonPath("/records", i), &key, &value).Prefixed(path));
+    DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], load, JsonPath("/records", i), &key, &value).Prefixed(path));
     t.records_[key] = std::move(value);
   }
   for (size_t i = 0; i < events.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -86,10 +87,17 @@ class Trace {
   // Writes DIR/index.json (+ DIR/t<N>.npy for tensors of more than kInlineMax elements). Creates DIR.
   Status Write(const std::string& dir) const;
   static Status Read(const std::string& dir, Trace* out);
+  // The files Write writes, in memory ("index.json", "t<N>.npy" -> their bytes), and Read from them: a trace
+  // shard crosses the store without a file per tensor on disk. `where` names the files in Decode's errors.
+  Status Encode(std::map<std::string, std::string>* files) const;
+  static Status Decode(const std::map<std::string, std::string>& files, const std::string& where, Trace* out);
 
   static constexpr int64_t kInlineMax = 64;
 
  private:
+  // Read and Decode once the index is parsed; `load` reads a record's .npy file by its name.
+  static Status FromIndex(const nlohmann::json& index, const std::string& path,
+                          const std::function<Status(const std::string&, Tensor*)>& load, Trace* out);
   mutable std::mutex mu_;
   std::map<TraceKey, Tensor> records_;
   std::vector<TraceEvent> events_;

@@ -1,35 +1,13 @@
 #include "sim/trace_shard.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <map>
 #include <string>
 
 namespace ddpcheck::sim {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-// A fresh temporary folder, removed with everything in it by the destructor.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddpcheck-shard-XXXXXX").string();
-    if (mkdtemp(tmpl.data())) path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 template <typename T>
 void Append(std::vector<char>* out, T v) {
@@ -40,15 +18,12 @@ void Append(std::vector<char>* out, T v) {
 }  // namespace
 
 core::Status PackTrace(const core::Trace& trace, std::vector<char>* out) {
-  ScratchDir dir;
-  if (dir.path().empty()) return core::Status::Io("cannot make a temporary folder for a trace shard");
-  DDPCHECK_RETURN_IF_ERROR(trace.Write(dir.path()));
+  // The files a trace folder would hold, framed (name length, name, size, bytes), all in memory: a shard of
+  // thousands of tensors is not written to and read back from disk file by file.
+  std::map<std::string, std::string> files;
+  DDPCHECK_RETURN_IF_ERROR(trace.Encode(&files));
   out->clear();
-  for (const auto& entry : fs::directory_iterator(dir.path())) {
-    const std::string name = entry.path().filename().string();
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) return core::Status::Io(entry.path().string() + ": read failed");
+  for (const auto& [name, bytes] : files) {
     Append<uint32_t>(out, static_cast<uint32_t>(name.size()));
     out->insert(out->end(), name.begin(), name.end());
     Append<uint64_t>(out, bytes.size());
@@ -58,8 +33,7 @@ core::Status PackTrace(const core::Trace& trace, std::vector<char>* out) {
 }
 
 core::Status UnpackTrace(const std::vector<char>& blob, core::Trace* out) {
-  ScratchDir dir;
-  if (dir.path().empty()) return core::Status::Io("cannot make a temporary folder for a trace shard");
+  std::map<std::string, std::string> files;
   size_t at = 0;
   auto take = [&](void* dst, size_t n) {
     if (blob.size() - at < n) return false;
@@ -81,12 +55,10 @@ core::Status UnpackTrace(const std::vector<char>& blob, core::Trace* out) {
     if (!take(&size, sizeof(size)) || blob.size() - at < size) {
       return core::Status::Invalid("trace shard: " + name + " is truncated");
     }
-    std::ofstream file(dir.path() + "/" + name, std::ios::binary);
-    file.write(blob.data() + at, static_cast<std::streamsize>(size));
-    if (!file) return core::Status::Io(dir.path() + "/" + name + ": write failed");
+    files[name].assign(blob.data() + at, size);
     at += size;
   }
-  return core::Trace::Read(dir.path(), out);
+  return core::Trace::Decode(files, "trace shard", out);
 }
 
 void MergeShard(const core::Trace& shard, core::Trace* world) {
