@@ -1,9 +1,12 @@
 #include "harness/check.h"
 
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/store.h>
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 #include "core/train_loop.h"
 #include "harness/compose.h"
@@ -29,20 +32,25 @@ core::Status GatherShards(const std::shared_ptr<gloo::rendezvous::Store>& store_
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(ShardKey(run_id, r));
   try {
-    // In slices: a rank lost (PeerWatch) before its shard arrived is named at once, not after the timeout.
+    // Polled: a rank lost (PeerWatch) before its shard arrived is named at once, not after the timeout
+    // (gloo's FileStore waits out its own timeout whatever a wait() asks, so no wait() here).
     sim::PeerWatch peers(store_ptr, run_id, 0, world);
     const auto until = std::chrono::steady_clock::now() + timeout;
     std::string lost;
+    std::vector<bool> have(keys.size(), false);  // a shard seen once is not read again while polling
     while (lost.empty()) {
-      try {
-        store.wait(keys, std::min<std::chrono::milliseconds>(timeout, std::chrono::milliseconds(100)));
-        break;
-      } catch (const std::exception&) {
-        if (std::chrono::steady_clock::now() >= until) throw;
+      bool all = true;
+      for (size_t r = 0; r < keys.size(); ++r) {
+        have[r] = have[r] || sim::StoreHas(store, keys[r]);
+        all = all && have[r];
       }
+      if (all) break;
       for (const sim::LostRank& l : peers.Lost()) {  // ranks that published and exited are not lost
-        if (!sim::StoreHas(store, keys[static_cast<size_t>(l.rank)])) lost += sim::DescribeLost({l});
+        if (!have[static_cast<size_t>(l.rank)]) lost += sim::DescribeLost({l});
       }
+      if (!lost.empty()) break;
+      if (std::chrono::steady_clock::now() >= until) throw gloo::IoException("timed out waiting for trace shards");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!lost.empty()) {
       return core::Status::Timeout("run '" + run_id + "': trace shards never arrived at rank 0" + lost);
