@@ -85,9 +85,11 @@ TEST(AutocastDump, IsReplayedWithAutocastCleanPassesAPerturbedLossOrParameterIsC
   testing::TempDir tmp;
   testing::WriteFile(tmp.File("run.py"), kScript);
   const int port = 26000 + static_cast<int>(getpid() % 20000);
-  const std::string cmd = "/usr/bin/python3 '" + tmp.File("run.py") + "' " + testing::SourceDir() + "/tools '" +
-                          tmp.File("dump") + "' " + std::to_string(port) + " > '" + tmp.File("log") + "' 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << testing::ReadFile(tmp.File("log"));
+  const auto cmd = [&](int p) {
+    return "/usr/bin/python3 '" + tmp.File("run.py") + "' " + testing::SourceDir() + "/tools '" + tmp.File("dump") +
+           "' " + std::to_string(p) + " > '" + tmp.File("log") + "' 2>&1";
+  };
+  ASSERT_EQ(testing::RunTorchRecording(cmd, port, tmp.File("log")), 0) << testing::ReadFile(tmp.File("log"));
   const auto clean = testing::RunCli("torch-compare '" + tmp.File("dump") + "' --report-json '" + tmp.File("r.json") + "'");
   ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
   const auto report = nlohmann::json::parse(testing::ReadFile(tmp.File("r.json")));

@@ -19,10 +19,12 @@ using nlohmann::json;
 
 // Runs a corpus script at W=2 with the given mistakes ("none,..."); each case's dump lands in tmp/<case>.
 void Record(const testing::TempDir& tmp, const std::string& script, const std::string& cases, int port) {
-  const std::string cmd = "/usr/bin/python3 " + std::string(testing::SourceDir()) + "/tests/real_scripts/" + script +
-                          " --out '" + tmp.path() + "' --world 2 --port " + std::to_string(port) + " --mistakes " +
-                          cases + " > '" + tmp.File("log") + "' 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << testing::ReadFile(tmp.File("log"));
+  const auto cmd = [&](int p) {
+    return "/usr/bin/python3 " + std::string(testing::SourceDir()) + "/tests/real_scripts/" + script + " --out '" +
+           tmp.path() + "' --world 2 --port " + std::to_string(p) + " --mistakes " + cases + " > '" +
+           tmp.File("log") + "' 2>&1";
+  };
+  ASSERT_EQ(testing::RunTorchRecording(cmd, port, tmp.File("log")), 0) << cmd(port) << "\n" << testing::ReadFile(tmp.File("log"));
 }
 
 json Finding(const json& report) {

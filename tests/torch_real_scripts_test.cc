@@ -4,7 +4,6 @@
 // W=2 by default; DDPCHECK_REAL_SCRIPTS_WORLDS=2,3 adds W=3. ctest label `torch`; SKIPs without torch.
 #include <cctype>
 #include <cstdlib>
-#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,28 +56,14 @@ TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) 
   for (int world : Worlds()) {
     SCOPED_TRACE("W=" + std::to_string(world));
     testing::TempDir tmp;
-    // torch 1.13's gloo sometimes aborts a process as the process groups are torn down at the script's end
-    // ("terminate called without an active exception", SIGABRT): a crash of torch after the recording, not
-    // something ddpcheck judges. Such a run is recorded once more, under a fresh port; any other failure fails.
-    int rc = -1;
-    std::string cmd;
-    for (int attempt = 0; attempt < 2 && rc != 0; ++attempt) {
-      if (attempt > 0) {
-        std::error_code ec;
-        for (const auto& [name, _] : entry.at("mistakes").items()) std::filesystem::remove_all(tmp.File(name), ec);
-        std::filesystem::remove_all(tmp.File("none"), ec);
-      }
-      const int port = 21000 + static_cast<int>((getpid() * 37 + world * 101 + attempt * 7919) % 20000);
-      cmd = "/usr/bin/python3 " + std::string(testing::SourceDir()) + "/tests/real_scripts/" + GetParam() +
-            " --out '" + tmp.path() + "' --world " + std::to_string(world) + " --port " + std::to_string(port) +
-            " --mistakes " + cases + " > '" + tmp.File("log") + "' 2>&1";
-      rc = std::system(cmd.c_str());
-      if (rc != 0 && testing::ReadFile(tmp.File("log")).find("terminate called without an active exception") ==
-                         std::string::npos) {
-        break;
-      }
-    }
-    ASSERT_EQ(rc, 0) << cmd << "\n" << testing::ReadFile(tmp.File("log"));
+    const int port = 21000 + static_cast<int>((getpid() * 37 + world * 101) % 20000);
+    const auto cmd = [&](int p) {
+      return "/usr/bin/python3 " + std::string(testing::SourceDir()) + "/tests/real_scripts/" + GetParam() +
+             " --out '" + tmp.path() + "' --world " + std::to_string(world) + " --port " + std::to_string(p) +
+             " --mistakes " + cases + " > '" + tmp.File("log") + "' 2>&1";
+    };
+    const int rc = testing::RunTorchRecording(cmd, port, tmp.File("log"));
+    ASSERT_EQ(rc, 0) << cmd(port) << "\n" << testing::ReadFile(tmp.File("log"));
     for (const std::string& c : [&] {
            std::vector<std::string> v{"none"};
            for (const auto& [name, _] : entry.at("mistakes").items()) v.push_back(name);

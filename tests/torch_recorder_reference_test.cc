@@ -66,11 +66,13 @@ Recorded RecordAndCompare(const testing::TempDir& tmp, const std::string& mistak
   const std::string name = mistake + (per_iter ? "_iter_" : "_epoch_") + reference, dump = tmp.File(name);
   testing::WriteFile(tmp.File("run.py"), kScript);
   const int port = 27000 + static_cast<int>((getpid() * 7 + ++run) % 20000);
-  const std::string cmd = "/usr/bin/python3 '" + tmp.File("run.py") + "' " + testing::SourceDir() + "/tools '" + dump +
-                          "' " + std::to_string(port) + " " + mistake + " " + (per_iter ? "1" : "0") + " " +
-                          reference + " > '" + dump + ".log' 2>&1";
+  const auto cmd = [&](int p) {
+    return "/usr/bin/python3 '" + tmp.File("run.py") + "' " + testing::SourceDir() + "/tools '" + dump + "' " +
+           std::to_string(p) + " " + mistake + " " + (per_iter ? "1" : "0") + " " + reference + " > '" + dump +
+           ".log' 2>&1";
+  };
   Recorded r;
-  if (std::system(cmd.c_str()) != 0) {
+  if (testing::RunTorchRecording(cmd, port, dump + ".log") != 0) {
     r.out = testing::ReadFile(dump + ".log");
     return r;
   }
