@@ -246,12 +246,6 @@ void MergeStats(CheckpointStats* mine, const CheckpointStats& st) {
   mine->noise += st.noise;
 }
 
-// Bitwise the same tensor (NaNs included).
-bool SameTensor(const Tensor& a, const Tensor& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.data.size() == b.data.size() &&
-         (a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(double)) == 0);
-}
-
 }  // namespace
 
 void CompareResult::Merge(const CompareResult& other) {
@@ -348,7 +342,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     const int64_t budget_step = policy_step >= 0 ? policy_step : key.step;
     const bool repeat = last && last->key.step == key.step && last->key.checkpoint == key.checkpoint &&
                         last->key.tensor == key.tensor && last->want == w && last->bound == bound &&
-                        SameTensor(*last->got, value);
+                        BitwiseEqual(*last->got, value);
     if (!repeat) {
       last = Compared{key, &value, w, bound, {}, std::nullopt, 0.0};
       last->m = CompareTensor(

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <ctime>
 #include <sstream>
 
@@ -80,9 +79,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     // Every figure below grows with the error, so the tensor's largest error gives them all (NaN against NaN
     // counts as equal, NaN against a number as an infinite error). A rank holding bitwise the tensor the
     // rank before it held, against the same reference value, has its errors.
-    const bool repeat = last_got && last_want == w && last_got->shape == value.shape &&
-                        last_got->data.size() == value.data.size() &&
-                        std::memcmp(last_got->data.data(), value.data.data(), value.data.size() * sizeof(double)) == 0;
+    const bool repeat = last_got && last_want == w && BitwiseEqual(*last_got, value);
     last_got = &value;
     last_want = w;
     if (!repeat) {

@@ -125,17 +125,19 @@ Status Trace::Write(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Io(dir + ": cannot create trace folder: " + ec.message());
-  std::map<std::string, std::string> files;
-  DDPCHECK_RETURN_IF_ERROR(Encode(&files));
-  // The tensors first, the index last: a folder with an index.json is complete.
-  for (const auto& [name, bytes] : files) {
-    if (name != "index.json") DDPCHECK_RETURN_IF_ERROR(WriteStringToFile(dir + "/" + name, bytes));
-  }
-  return WriteStringToFile(dir + "/index.json", files.at("index.json"));
+  // One file at a time (a large trace is not held twice), the index last: a folder with an index.json is complete.
+  return EncodeTo([&](const std::string& name, std::string bytes) { return WriteStringToFile(dir + "/" + name, bytes); });
 }
 
 Status Trace::Encode(std::map<std::string, std::string>* files) const {
   files->clear();
+  return EncodeTo([&](const std::string& name, std::string bytes) {
+    (*files)[name] = std::move(bytes);
+    return Status::Ok();
+  });
+}
+
+Status Trace::EncodeTo(const std::function<Status(const std::string& name, std::string bytes)>& sink) const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json index = {{"format", kFormat}, {"version", kFormatVersion}, {"meta", meta}};
   nlohmann::json records = nlohmann::json::array();
@@ -153,8 +155,10 @@ Status Trace::Encode(std::map<std::string, std::string>* files) const {
       r["values"] = std::move(values);
     } else {
       std::string file = "t" + std::to_string(file_no++) + ".npy";
-      Status st = EncodeNpy(t, &(*files)[file]);
+      std::string bytes;
+      Status st = EncodeNpy(t, &bytes);
       if (!st.ok()) return st.Prefixed(file);
+      DDPCHECK_RETURN_IF_ERROR(sink(file, std::move(bytes)));
       r["file"] = file;
     }
     records.push_back(std::move(r));
@@ -166,8 +170,7 @@ Status Trace::Encode(std::map<std::string, std::string>* files) const {
                       {"kind", e.kind}, {"message", e.message}});
   }
   index["events"] = std::move(events);
-  (*files)["index.json"] = index.dump(1) + "\n";
-  return Status::Ok();
+  return sink("index.json", index.dump(1) + "\n");
 }
 
 namespace {
@@ -185,10 +188,7 @@ Status IndexInt(const nlohmann::json& v, const std::string& where, int64_t lo, i
   return Status::Ok();
 }
 
-// Loads a record's .npy file by its name in the trace (a folder's file, or bytes in memory).
-using NpyLoader = std::function<Status(const std::string& file, Tensor* out)>;
-
-Status ReadRecord(const nlohmann::json& r, const NpyLoader& load, const std::string& where, TraceKey* key,
+Status ReadRecord(const nlohmann::json& r, const Trace::NpyLoader& load, const std::string& where, TraceKey* key,
                   Tensor* value) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(
@@ -308,8 +308,7 @@ Status Trace::Decode(const std::map<std::string, std::string>& files, const std:
   }, out);
 }
 
-Status Trace::FromIndex(const nlohmann::json& index, const std::string& path,
-                        const std::function<Status(const std::string&, Tensor*)>& load, Trace* out) {
+Status Trace::FromIndex(const nlohmann::json& index, const std::string& path, const NpyLoader& load, Trace* out) {
   if (!index.is_object() || !index.contains("format") || index.at("format") != kFormat) {
     return Status::Invalid(path + ": not a ddpcheck trace (missing \"format\": \"" + kFormat + "\")");
   }

@@ -90,14 +90,17 @@ class Trace {
   // The files Write writes, in memory ("index.json", "t<N>.npy" -> their bytes), and Read from them: a trace
   // shard crosses the store without a file per tensor on disk. `where` names the files in Decode's errors.
   Status Encode(std::map<std::string, std::string>* files) const;
+  // Reads a record's .npy file by its name in the trace (a folder's file, or bytes in memory).
+  using NpyLoader = std::function<Status(const std::string& file, Tensor* out)>;
   static Status Decode(const std::map<std::string, std::string>& files, const std::string& where, Trace* out);
 
   static constexpr int64_t kInlineMax = 64;
 
  private:
+  // Write and Encode: every file to `sink` (the .npy files as they are made, index.json last).
+  Status EncodeTo(const std::function<Status(const std::string& name, std::string bytes)>& sink) const;
   // Read and Decode once the index is parsed; `load` reads a record's .npy file by its name.
-  static Status FromIndex(const nlohmann::json& index, const std::string& path,
-                          const std::function<Status(const std::string&, Tensor*)>& load, Trace* out);
+  static Status FromIndex(const nlohmann::json& index, const std::string& path, const NpyLoader& load, Trace* out);
   mutable std::mutex mu_;
   std::map<TraceKey, Tensor> records_;
   std::vector<TraceEvent> events_;

@@ -335,7 +335,6 @@ void BatchNormLayerForward(const BN& bn, const Model<double>& m, int pb, int bb,
                    o.track_running_stats ? m.buffer_data(bb + 1) : nullptr, u, c, &r->buffer, bb);
 }
 
-// Forward of layer i of one member (any layer but a synchronising SyncBatchNorm). False: no rules.
 // A Linear's weight as its forward and backward use it: under autocast cast to the low type (exact: the
 // recorded float weight rounds the same way in the run).
 M LinearWeight(const Model<double>& m, const Linear<double>& lin, int pb) {
@@ -344,6 +343,13 @@ M LinearWeight(const Model<double>& m, const Linear<double>& lin, int pb) {
   return W;
 }
 
+// Under autocast, layer i's output rounded to the low type (RoundedToLow) against the replay's own rounding of
+// it: the next layer's input, or the model's output.
+void RoundLayerOutput(const Model<double>& m, int i, LayerCache* c) {
+  RoundedToLow(*m.autocast(), i + 1 < m.num_layers() ? &m.layer_input(i + 1) : &m.output(), &c->out, &c->eout);
+}
+
+// Forward of layer i of one member (any layer but a synchronising SyncBatchNorm). False: no rules.
 bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, LayerCache* c, MicroBatchBounds* r) {
   const auto& layer = m.layer(i);
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
@@ -570,9 +576,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
         Normalize(st.mean, st.emean, st.var, st.evar, o.eps, o.affine ? m.param_data(pb) : nullptr,
                   o.affine ? m.param_data(pb + 1) : nullptr, u, &c);
         // Under autocast a low input's output is rounded to the low type (statistics exchanged in float).
-        if (m.autocast() && c.in_low) {
-          RoundedToLow(*m.autocast(), i + 1 < nl ? &m.layer_input(i + 1) : &m.output(), &c.out, &c.eout);
-        }
+        if (m.autocast() && c.in_low) RoundLayerOutput(m, i, &c);
       }
     } else {
       for (size_t j = 0; j < J; ++j) {
@@ -586,9 +590,7 @@ bool GroupBounds(const std::vector<Member>& ms, double loss_scale, double u, std
           // A Linear's output, and that of a layer whose input was low, is rounded to the low type (ReLU's
           // is low-valued already); the replay's own rounding is the next layer's input or the output.
           const bool linear = std::holds_alternative<Linear<double>>(m.layer(i));
-          if (linear || (c.in_low && !std::holds_alternative<ReLU<double>>(m.layer(i)))) {
-            RoundedToLow(*m.autocast(), i + 1 < nl ? &m.layer_input(i + 1) : &m.output(), &c.out, &c.eout);
-          }
+          if (linear || (c.in_low && !std::holds_alternative<ReLU<double>>(m.layer(i)))) RoundLayerOutput(m, i, &c);
           low[j] = low[j] || linear;
         }
       }

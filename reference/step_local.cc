@@ -258,8 +258,7 @@ class Replayer {
       // With a GradScaler the master's grad is already unscaled: the reduced one is it times the scale, and the
       // unscaled one (what the optimizer reads) the reduced one times 1/scale, one more rounding.
       const double* g = m.grad_data(p);
-      const double to_reduced = scaled_ ? 1.0 / inv_scale_ : 1.0;
-      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]) * to_reduced;
+      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]) * loss_scale_;
       bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
       if (scaled_) {
         for (size_t k = 0; k < e.size(); ++k) e[k] = e[k] * inv_scale_ + u_ * std::abs(g[k]);
@@ -316,11 +315,8 @@ class Replayer {
 
 }  // namespace
 
-bool StepLocalSupported(const core::Scenario& s) {
-  if (!s.amp.enabled) return true;
-  // Autocast, with or without a GradScaler that does not clip (clipping has no rules in error_bounds.h).
-  return s.amp.clip_grad_norm == 0;
-}
+// Autocast, with or without a GradScaler, as long as it does not clip (clipping has no rules in error_bounds.h).
+bool StepLocalSupported(const core::Scenario& s) { return !s.amp.enabled || s.amp.clip_grad_norm == 0; }
 
 namespace {
 
