@@ -87,6 +87,7 @@ def record(cfg, out, port):
 def perturb(src, dst, what, step, eps):
     """Copies dump src to dst and scales one recorded tensor of `step` by (1 + eps) on every rank."""
     shutil.copytree(src, dst)
+    done = set()  # the entries scaled: a rank naming rank 0's entry (format version 3) shares it, scaled once
     r = 0
     while os.path.isdir(os.path.join(dst, "rank%d" % r)):
         ix_path = os.path.join(dst, "rank%d" % r, "index.json")
@@ -99,7 +100,13 @@ def perturb(src, dst, what, step, eps):
                 json.dump(ix, f)
         else:
             kind, name = what.split(":")
-            scale(os.path.join(dst, "rank%d" % r), st[kind][name], eps)
+            rank_dir, file = os.path.join(dst, "rank%d" % r), st[kind][name]
+            if file.startswith("../"):  # "../rank0/s3.npz/s3.x.npy": rank 0's entry, which this rank holds bitwise
+                peer, file = file[3:].split("/", 1)
+                rank_dir = os.path.join(dst, peer)
+            if (rank_dir, file) not in done:
+                done.add((rank_dir, file))
+                scale(rank_dir, file, eps)
         r += 1
 
 

@@ -6,11 +6,15 @@ recorder of one tools folder, then compare two such recordings tensor by tensor 
     /usr/bin/python3 bench/torch_recorder_identical.py record --tools tools --out /tmp/b
     /usr/bin/python3 bench/torch_recorder_identical.py compare /tmp/a /tmp/b [--ignore-reference]
 
-Either recording may use either layout (docs/torch.md, "Dump format"): a tensor is a .npy file of its own
-("s3.param.0.weight.npy") or an entry of a rank's archive ("s3.npz/s3.param.0.weight.npy"); the comparison is by
-the tensor's .npy name inside its rank's folder, its bytes (the .npy file's, or the archive entry's) and its
-permission bits (the archive's), and the index.json files are compared as JSON with each tensor named by its .npy
-name (and without "version", which says the layout). --ignore-reference leaves out the float64 reference tensors
+Either recording may use any layout (docs/torch.md, "Dump format"): a tensor is a .npy file of its own
+("s3.param.0.weight.npy"), an entry of a rank's archive ("s3.npz/s3.param.0.weight.npy") or (version 3) rank 0's
+entry a rank holds bitwise ("../rank0/s3.npz/s3.param.0.weight.npy", read from rank 0's archive as this rank's
+tensor), and a bucket marked "reduced_is_grads" (version 3) is compared as the reduced tensor it stands for (the
+step's grads of its parameters one after another, as the .npy np.save writes, named as the recorder names a written
+one); the comparison is by the tensor's .npy name inside its rank's folder, its bytes (the .npy file's, or the
+archive entry's) and its permission bits (the archive's), and the index.json files are compared as JSON with each
+tensor named by its .npy name (and without "version", which says the layout, and the recording's ids "run" and
+"peer_run"). --ignore-reference leaves out the float64 reference tensors
 that only one side recorded (reference="auto" records it only where ddpcheck's own replay does not cover the run)
 and the index keys the reference sets, and counts the tensors it left out; those both recorded are compared.
 
@@ -21,6 +25,7 @@ copy of --tools (examples_ddp_series.py gets a torch.manual_seed before its unse
 a change to the recorder's speed leaves its output unchanged (issue 16: identical before and after).
 """
 import argparse
+import io
 import json
 import os
 import shutil
@@ -28,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+
+import numpy as np
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PY = "/usr/bin/python3"
@@ -114,8 +121,45 @@ def is_reference(name):
     return len(parts) > 2 and parts[0][:1] == "s" and parts[0][1:].isdigit() and parts[1] == "ref"
 
 
+def npy_bytes(a):
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def as_version2(rel, ix, out):
+    """The index of rank folder `rel` as version 2 writes it: another rank's entries it names become its own (their
+    bytes added to `out` under its folder), a reduced_is_grads bucket a reduced tensor of its own."""
+    folder = os.path.dirname(rel)
+
+    def own(v):
+        if isinstance(v, dict):
+            return {k: own(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [own(x) for x in v]
+        if isinstance(v, str) and v.startswith("../") and v.endswith(".npy"):
+            peer, archive, entry = v[3:].split("/")
+            bytes_, mode = out[os.path.join(peer, entry) if not folder else
+                               os.path.join(os.path.dirname(folder), peer, entry)]
+            out[os.path.join(folder, entry)] = (bytes_, mode)
+            return archive + "/" + entry
+        return v
+    ix = own(ix)
+    names = [p["name"] for p in ix.get("params", [])]
+    for st in ix.get("steps", []):
+        for k, b in enumerate(st.get("buckets") or []):
+            if b.pop("reduced_is_grads", False):
+                parts = [np.load(io.BytesIO(out[os.path.join(folder, st["grads"][names[i]].split("/")[-1])][0]))
+                         for i in b["params"]]
+                archive, entry = st["indices"].split("/")[0], "s%d.b%d.%d.reduced.npy" % (st["step"], b["index"], k)
+                mode = out[os.path.join(folder, st["indices"].split("/")[-1])][1]
+                out[os.path.join(folder, entry)] = (npy_bytes(np.concatenate([p.reshape(-1) for p in parts])), mode)
+                b["reduced"] = archive + "/" + entry
+    return ix
+
+
 def tensors(root):
-    """{path of the tensor's .npy name under root: (bytes, st_mode)} for both layouts, and {index path: JSON}."""
+    """{path of the tensor's .npy name under root: (bytes, st_mode)} for every layout, and {index path: JSON}."""
     out, indexes = {}, {}
     for d, _, names in os.walk(root):
         for n in names:
@@ -129,9 +173,11 @@ def tensors(root):
             elif n == "index.json":
                 with open(path) as f:
                     indexes[rel] = (json.load(f), mode)
-            else:
+            elif n != "run.json":
                 with open(path, "rb") as f:
                     out[rel] = (f.read(), mode)
+    for rel, (ix, mode) in list(indexes.items()):
+        indexes[rel] = (as_version2(rel, ix, out), mode)
     return out, indexes
 
 
@@ -170,7 +216,8 @@ def compare(a, b, ignore_reference=False):
         (ja, ma), (jb, mb) = ia[p], ib[p]
         ja, jb = by_npy_name(ja), by_npy_name(jb)
         for j in (ja, jb):
-            j.pop("version", None)  # the layout's number (1: a .npy file per tensor, 2: archives)
+            for key in ("version", "run", "peer_run"):  # the layout's number; the recording's ids
+                j.pop(key, None)
         if ignore_reference:
             ja, jb = without_reference(ja), without_reference(jb)
         if ja != jb or ma != mb:

@@ -6,8 +6,11 @@ recomputed), with reference=True (the float64 single-process reference at every 
 replay pays) and with reference=False.
 
     /usr/bin/python3 bench/torch_recorder_overhead.py [--world 2] [--steps 40] [--width 256] [--batch 64] [--tmp DIR]
+        [--rounds 5] [--modes recorded]
 
-Prints one JSON line per mode with rank 0's median step time and the ratio to the plain loop (target <= 2x), the
+After a warm-up loop, each round runs the plain loop and then each mode's (all in one process pair, so a change of
+the machine's load hits both alike). Prints one JSON line per mode with rank 0's median step time and the ratio to
+the plain loop of the same round (target <= 2x; the median over rounds, and each round's in "ratios"), the
 whole loop's time per step (first step to the end of rec.close(), which waits for the recorder's writer thread, so
 every file written is counted) with its ratio to the plain loop's, and rank 0's CPU time per step over the loop:
 its training thread's (main_cpu) and its whole process's (cpu: the writer and gloo threads too). The recorder
@@ -73,12 +76,16 @@ def worker(rank, args, results):
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     torch.set_num_threads(1)
+    modes = args.modes.split(",")
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        for mode in ("plain", "recorded", "recorded-reference", "recorded-no-reference", "plain"):
-            t = loop(rank, args, mode, os.path.join(tmp, mode))
-            dist.barrier()
-            if rank == 0:
-                results[mode] = t  # the second "plain" run replaces the first (warm caches)
+        loop(rank, args, "plain", os.path.join(tmp, "warm-up"))  # warm caches; not counted
+        dist.barrier()
+        for r in range(args.rounds):  # plain, then each mode, every round: load drift hits both sides alike
+            for mode in ["plain"] + modes:
+                t = loop(rank, args, mode, os.path.join(tmp, "%s%d" % (mode, r)))
+                dist.barrier()
+                if rank == 0:
+                    results[(mode, r)] = t
     dist.destroy_process_group()
 
 
@@ -89,18 +96,30 @@ def main():
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--port", type=int, default=29600)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of plain + each mode in one process; the ratios "
+                    "are each round's recorded over that round's plain, and the medians over rounds are printed")
+    ap.add_argument("--modes", default=",".join(REFERENCE), help="recorded modes to time (comma-separated): "
+                    + ", ".join(REFERENCE))
     ap.add_argument("--tmp", default=None, help="folder for the dumps (default: the system's temporary folder)")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    for m in modes:
+        if m not in REFERENCE:
+            ap.error("unknown mode %r; known: %s" % (m, ", ".join(REFERENCE)))
     results = mp.Manager().dict()
     mp.spawn(worker, args=(args, results), nprocs=args.world)
-    plain = results["plain"]
-    for mode in ("plain", "recorded", "recorded-reference", "recorded-no-reference"):
-        r = results[mode]
+    med = statistics.median
+    for mode in ["plain"] + modes:
+        runs = [(results[(mode, r)], results[("plain", r)]) for r in range(args.rounds)]
         print(json.dumps({"mode": mode, "reference": REFERENCE.get(mode), "world": args.world, "width": args.width,
-                          "batch": args.batch,
-                          "step_s": round(r["step"], 6), "ratio": round(r["step"] / plain["step"], 3),
-                          "loop_s_per_step": round(r["loop"], 6), "loop_ratio": round(r["loop"] / plain["loop"], 3),
-                          "main_cpu_s_per_step": round(r["main_cpu"], 6), "cpu_s_per_step": round(r["cpu"], 6)}))
+                          "batch": args.batch, "rounds": args.rounds,
+                          "step_s": round(med(r["step"] for r, _ in runs), 6),
+                          "ratio": round(med(r["step"] / p["step"] for r, p in runs), 3),
+                          "ratios": [round(r["step"] / p["step"], 3) for r, p in runs],
+                          "loop_s_per_step": round(med(r["loop"] for r, _ in runs), 6),
+                          "loop_ratio": round(med(r["loop"] / p["loop"] for r, p in runs), 3),
+                          "main_cpu_s_per_step": round(med(r["main_cpu"] for r, _ in runs), 6),
+                          "cpu_s_per_step": round(med(r["cpu"] for r, _ in runs), 6)}))
 
 
 if __name__ == "__main__":

@@ -19,12 +19,127 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The dump format versions this reader knows (docs/torch.md, "Dump format"): 1 a .npy file per tensor, 2 per-step
+// archives, 3 a rank's tensors may name rank 0's archive entries and a bucket's reduced gradient the step's grads.
+constexpr int64_t kMaxDumpVersion = 3;
+
 Status ReadIndex(const std::string& path, nlohmann::json* out) {
   if (!fs::is_regular_file(path)) return Status::NotFound(path + ": not found");
   DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, out));
   if (!out->is_object() || !out->contains("format") || out->at("format") != "ddpcheck-torch-dump") {
     return Status::Invalid(path + ": not a ddpcheck torch dump (\"format\" must be \"ddpcheck-torch-dump\"; "
                                   "write it with tools/ddpcheck_torch.py)");
+  }
+  if (out->contains("version")) {
+    const nlohmann::json& v = out->at("version");
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxDumpVersion) {
+      return JsonError("/version", fmt::format("must be a dump format version this ddpcheck reads, 1 to {} (a newer "
+                                               "tools/ddpcheck_torch.py wrote it? use the ddpcheck beside it)",
+                                               kMaxDumpVersion), v)
+          .Prefixed(path);
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t DumpVersion(const nlohmann::json& ix) {
+  return ix.contains("version") && ix.at("version").is_number_integer() ? ix.at("version").get<int64_t>() : 1;
+}
+
+// A tensor name that names another rank's archive entry ("../rank0/s3.npz/s3.param.0.weight.npy", format version 3:
+// the recorder of rank r > 0 writes a tensor DDP keeps equal on every rank only where rank 0's archive entry of
+// this recording does not hold the same bytes): checks it may, and that the rank names rank 0's entries of the
+// same recording ("peer_run" = rank 0's "run"). `where` is the name's JSON pointer.
+Status CheckPeerName(const TorchDumpRank& r, const nlohmann::json& rank0, const std::string& where,
+                     const std::string& name) {
+  if (!name.starts_with("../")) return Status::Ok();
+  const auto bad = [&](const std::string& why) {
+    return Status::Invalid(fmt::format("{}/index.json: {}: '{}' {}", r.dir, where, name, why));
+  };
+  const int64_t version = DumpVersion(r.index);
+  if (version < 3) {
+    return bad(fmt::format("names another rank's entry, which dump format version {} does not allow (version 3 "
+                           "does: the index says {})", version, version));
+  }
+  const std::string prefix = "../rank0/";
+  const std::string rest = name.starts_with(prefix) ? name.substr(prefix.size()) : std::string();
+  const size_t slash = rest.find('/');
+  const std::string archive = slash == std::string::npos ? std::string() : rest.substr(0, slash);
+  const std::string entry = slash == std::string::npos ? std::string() : rest.substr(slash + 1);
+  if (archive.size() <= 4 || !archive.ends_with(".npz") || entry.size() <= 4 || !entry.ends_with(".npy") ||
+      entry.find('/') != std::string::npos || archive.starts_with(".")) {
+    return bad("must name an entry of rank 0's archive as ../rank0/ARCHIVE.npz/ENTRY.npy");
+  }
+  if (r.rank == 0) return bad("is rank 0's own index naming a rank's folder: only ranks above 0 name rank 0's entries");
+  const bool named = r.index.contains("peer_run") && r.index.at("peer_run").is_string();
+  const bool known = rank0.contains("run") && rank0.at("run").is_string();
+  if (!named || !known || r.index.at("peer_run") != rank0.at("run")) {
+    return Status::Invalid(fmt::format(
+        "{}/index.json: /peer_run: {} is not rank 0's recording {} ({}/rank0/index.json /run), yet this rank names "
+        "rank 0's entries ({} at {}): the rank folders come from different recordings; record again into an empty "
+        "folder", r.dir, named ? r.index.at("peer_run").dump() : "(missing)", known ? rank0.at("run").dump() : "(none)",
+        fs::path(r.dir).parent_path().string(), name, where));
+  }
+  return Status::Ok();
+}
+
+// Every tensor name of a rank's index that names another rank's entry, and every bucket whose reduced gradient is
+// the step's grads ("reduced_is_grads", format version 3), checked before any tensor is read.
+Status CheckFormat3(const TorchDumpRank& r, const nlohmann::json& rank0) {
+  const auto one = [&](const nlohmann::json& o, const char* key, const std::string& where) -> Status {
+    if (!o.is_object() || !o.contains(key) || !o.at(key).is_string()) return Status::Ok();
+    return CheckPeerName(r, rank0, JsonPath(where, key), o.at(key).get<std::string>());
+  };
+  const auto names = [&](const nlohmann::json& files, const std::string& where) -> Status {
+    if (!files.is_object()) return Status::Ok();
+    for (const auto& [k, v] : files.items()) {
+      if (v.is_string()) DDPCHECK_RETURN_IF_ERROR(CheckPeerName(r, rank0, JsonPath(where, k), v.get<std::string>()));
+    }
+    return Status::Ok();
+  };
+  const nlohmann::json& ix = r.index;
+  for (const char* group : {"init", "init_local"}) {
+    if (ix.contains(group)) DDPCHECK_RETURN_IF_ERROR(names(ix.at(group), std::string("/") + group));
+  }
+  if (ix.contains("dataset")) {
+    DDPCHECK_RETURN_IF_ERROR(one(ix.at("dataset"), "x", "/dataset"));
+    DDPCHECK_RETURN_IF_ERROR(one(ix.at("dataset"), "y", "/dataset"));
+  }
+  const nlohmann::json& steps = ix.at("steps");
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const nlohmann::json& st = steps[i];
+    const std::string at = JsonPath("/steps", i);
+    DDPCHECK_RETURN_IF_ERROR(one(st, "indices", at));
+    for (const char* group : {"forward_buffers", "grads", "params", "buffers", "ref_grads"}) {
+      if (st.contains(group)) DDPCHECK_RETURN_IF_ERROR(names(st.at(group), JsonPath(at, group)));
+    }
+    if (st.contains("optimizer_state") && st.at("optimizer_state").is_object()) {
+      for (const auto& [state, files] : st.at("optimizer_state").items()) {
+        DDPCHECK_RETURN_IF_ERROR(names(files, JsonPath(JsonPath(at, "optimizer_state"), state)));
+      }
+    }
+    if (!st.contains("buckets") || !st.at("buckets").is_array()) continue;
+    for (size_t b = 0; b < st.at("buckets").size(); ++b) {
+      const nlohmann::json& bucket = st.at("buckets")[b];
+      const std::string bat = JsonPath(JsonPath(at, "buckets"), b);
+      DDPCHECK_RETURN_IF_ERROR(one(bucket, "local", bat));
+      DDPCHECK_RETURN_IF_ERROR(one(bucket, "reduced", bat));
+      if (!bucket.is_object() || !bucket.contains("reduced_is_grads")) continue;
+      const std::string p = JsonPath(bat, "reduced_is_grads");
+      if (DumpVersion(ix) < 3) {
+        return Status::Invalid(fmt::format("{}/index.json: {}: dump format version {} has no reduced_is_grads "
+                                           "(version 3 has)", r.dir, p, DumpVersion(ix)));
+      }
+      if (bucket.at("reduced_is_grads") != true) {
+        return JsonError(p, "must be true (the bucket's reduced gradient is the step's grads of its parameters, in "
+                            "its order) or absent", bucket.at("reduced_is_grads")).Prefixed(r.dir + "/index.json");
+      }
+      if (bucket.contains("reduced")) {
+        return Status::Invalid(fmt::format("{}/index.json: {}: a bucket whose reduced gradient is the step's grads "
+                                           "names no reduced tensor, but this one names {}", r.dir, p,
+                                           bucket.at("reduced").dump()));
+      }
+    }
   }
   return Status::Ok();
 }
@@ -205,12 +320,13 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   return ValidateScenario(*s);
 }
 
-Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, Trace* trace) {
+Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohmann::json& rank0, Trace* trace) {
   r->rank = rank;
   r->dir = dir + "/rank" + std::to_string(rank);
   const std::string index_path = r->dir + "/index.json";
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(index_path, &r->index));
   DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(r->index).Prefixed(index_path));
+  DDPCHECK_RETURN_IF_ERROR(CheckFormat3(*r, rank == 0 ? r->index : rank0));
   try {
     const auto& ix = r->index;
     if (ix.at("rank") != rank) {
@@ -284,7 +400,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   }
   for (int r = 0; r < out->world; ++r) {
     TorchDumpRank rank;
-    DDPCHECK_RETURN_IF_ERROR(ReadRank(dir, r, &rank, &out->trace));
+    DDPCHECK_RETURN_IF_ERROR(ReadRank(dir, r, &rank, r0.index, &out->trace));
     out->steps = std::max(out->steps, rank.steps);
     out->ranks.push_back(std::move(rank));
   }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/dump_protocol.h"
+#include "core/json_reader.h"
 #include "core/npy_archive.h"
 #include "core/optimizer.h"
 
@@ -24,7 +25,37 @@ Status LoadFiles(DumpTensorFiles& tensors, const nlohmann::json& files, std::map
   return Status::Ok();
 }
 
-Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const nlohmann::json& st, ProtocolStep* s) {
+// A bucket marked reduced_is_grads (format version 3): its reduced gradient is the step's grads of its parameters,
+// flattened and one after another in the bucket's order (the recorder wrote them once, having checked the bits).
+// Errors start with the bucket's JSON pointer inside the step ("/buckets/0/reduced_is_grads: ...").
+Status ReducedFromGrads(const std::vector<ProtocolParam>& params, const ProtocolStep& s, size_t b,
+                        ProtocolBucket* pb) {
+  Tensor flat;
+  for (int i : pb->params) {
+    const std::string where = fmt::format("/buckets/{}/reduced_is_grads", b);
+    if (i < 0 || static_cast<size_t>(i) >= params.size()) {
+      return Status::Invalid(fmt::format("{}: the bucket's parameter {} is not one of the {} parameters", where, i,
+                                         params.size()));
+    }
+    const auto g = s.grads.find(params[i].name);
+    if (g == s.grads.end()) {
+      return Status::Invalid(fmt::format("{}: parameter {} ('{}') has no gradient in the step's grads to rebuild the "
+                                         "bucket's reduced gradient from", where, i, params[i].name));
+    }
+    if (!flat.data.empty() && g->second.dtype != flat.dtype) {
+      return Status::Invalid(fmt::format("{}: parameter {} ('{}') has another dtype than the bucket's others", where, i,
+                                         params[i].name));
+    }
+    flat.dtype = g->second.dtype;
+    flat.data.insert(flat.data.end(), g->second.data.begin(), g->second.data.end());
+  }
+  flat.shape = {static_cast<int64_t>(flat.data.size())};
+  pb->reduced = std::move(flat);
+  return Status::Ok();
+}
+
+Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::vector<ProtocolParam>& params,
+                const nlohmann::json& st, ProtocolStep* s) {
   s->step = st.at("step").get<int64_t>();
   s->epoch = st.value("epoch", int64_t{0});
   s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
@@ -59,7 +90,8 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const nlohman
   for (double v : idx.data) s->indices.push_back(static_cast<int64_t>(v));
   s->buckets_recorded = st.contains("buckets");
   const nlohmann::json buckets = st.value("buckets", nlohmann::json::array());
-  for (const auto& b : buckets) {
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    const auto& b = buckets[k];
     ProtocolBucket pb;
     pb.index = b.at("index").get<int64_t>();
     pb.params = b.at("params").get<std::vector<int>>();
@@ -68,6 +100,8 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const nlohman
       Tensor t;
       DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("reduced").get<std::string>(), &t));
       pb.reduced = std::move(t);
+    } else if (b.value("reduced_is_grads", false)) {  // its type and version checked by ReadTorchDump
+      DDPCHECK_RETURN_IF_ERROR(ReducedFromGrads(params, *s, k, &pb));
     }
     s->buckets.push_back(std::move(pb));
   }
@@ -180,9 +214,14 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       DumpTensorFiles tensors(r.dir);
       DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, r.index.at("init"), &pr.init));
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
-      for (const auto& st : r.index.at("steps")) {
+      const auto& steps = r.index.at("steps");
+      for (size_t i = 0; i < steps.size(); ++i) {
         ProtocolStep s;
-        DDPCHECK_RETURN_IF_ERROR(LoadStep(tensors, out->optimizer_type, st, &s));
+        Status loaded = LoadStep(tensors, out->optimizer_type, out->params, steps[i], &s);
+        if (!loaded.ok() && loaded.message().starts_with("/buckets/")) {
+          return Status::Invalid(r.dir + "/index.json: " + JsonPath("/steps", i) + loaded.message());
+        }
+        DDPCHECK_RETURN_IF_ERROR(loaded);
         pr.steps.push_back(std::move(s));
       }
     } catch (const nlohmann::json::exception& e) {

@@ -118,18 +118,37 @@ Status ParseStoredZip(const std::string& b, std::map<std::string, ZipEntry>* out
 }
 
 Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
-  const size_t slash = name.find('/');
-  const std::string archive = slash == std::string::npos ? std::string() : name.substr(0, slash);
+  // "../rank<k>/ARCHIVE.npz/ENTRY.npy" (format version 3, checked by ReadTorchDump): rank k's archive entry.
+  std::string dir = dir_, local = name;
+  if (name.starts_with("../")) {
+    const size_t peer_end = name.find('/', 3);
+    const std::string peer = peer_end == std::string::npos ? std::string() : name.substr(3, peer_end - 3);
+    local = peer_end == std::string::npos ? std::string() : name.substr(peer_end + 1);
+    const bool rank_folder = peer.size() > 4 && peer.starts_with("rank") &&
+                             peer.find_first_not_of("0123456789", 4) == std::string::npos;
+    const size_t cut = dir_.find_last_of('/');
+    if (!rank_folder || local.find('/') == std::string::npos || local.starts_with(".") || cut == std::string::npos) {
+      return Status::Invalid(fmt::format("{}: tensor '{}': another rank's entry must be named "
+                                         "../rank<k>/ARCHIVE.npz/ENTRY.npy", dir_, name));
+    }
+    dir = dir_.substr(0, cut) + "/" + peer;
+  }
+  const size_t slash = local.find('/');
+  const std::string archive = slash == std::string::npos ? std::string() : local.substr(0, slash);
   if (archive.size() <= 4 || archive.compare(archive.size() - 4, 4, ".npz") != 0) {
+    if (dir != dir_) {
+      return Status::Invalid(fmt::format("{}: tensor '{}': another rank's tensor must be an archive entry "
+                                         "(../rank<k>/ARCHIVE.npz/ENTRY.npy)", dir_, name));
+    }
     return ReadNpy(dir_ + "/" + name, out);  // a .npy file of its own (the per-tensor layout)
   }
-  const std::string entry = name.substr(slash + 1), path = dir_ + "/" + archive;
+  const std::string entry = local.substr(slash + 1), path = dir + "/" + archive;
   const std::string where = path + ": entry '" + entry + "'";
   auto it = cache_.begin();
-  while (it != cache_.end() && it->name != archive) ++it;
+  while (it != cache_.end() && it->name != path) ++it;
   if (it == cache_.end()) {
     Archive a;
-    a.name = archive;
+    a.name = path;
     Status st = ReadFileToString(path, &a.bytes);
     if (!st.ok()) return Status(st.code(), st.message() + " (the index names its entry '" + entry + "')");
     st = ParseStoredZip(a.bytes, &a.entries);
@@ -137,7 +156,7 @@ Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
       const bool named = st.message().find("'" + entry + "'") != std::string::npos;
       return Status(st.code(), path + ": " + st.message() + (named ? "" : " (reading entry '" + entry + "')"));
     }
-    if (cache_.size() == 2) cache_.pop_back();
+    if (cache_.size() == 3) cache_.pop_back();
     cache_.push_front(std::move(a));
     it = cache_.begin();
   }

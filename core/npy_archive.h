@@ -33,8 +33,9 @@ Status ParseStoredZip(const std::string& bytes, std::map<std::string, ZipEntry>*
 // CRC-32 (the zip and zlib polynomial) of n bytes.
 uint32_t Crc32(const char* data, uint64_t n);
 
-// Reads the tensors of one rank's folder by the names its index gives; the two archives read last are kept
-// (a step's tensors come from its archive, a deferred reference from the next step's).
+// Reads the tensors of one rank's folder by the names its index gives, "../rank<k>/ARCHIVE.npz/ENTRY.npy" (format
+// version 3) from rank k's folder beside it; the three archives read last are kept (a step's tensors come from its
+// archive and rank 0's, a deferred reference from the next step's).
 class DumpTensorFiles {
  public:
   explicit DumpTensorFiles(std::string dir) : dir_(std::move(dir)) {}
@@ -43,7 +44,7 @@ class DumpTensorFiles {
 
  private:
   struct Archive {
-    std::string name;
+    std::string name;  // its path
     std::string bytes;
     std::map<std::string, ZipEntry> entries;
   };

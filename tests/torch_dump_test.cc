@@ -100,7 +100,9 @@ TEST_F(TorchBadDump, TruncatedArchiveExits2NamingTheFileAndEntry) {
   ExpectTruncationNamed(dump_ + "/rank1/s1.npz", {"rank1/s1.npz: truncated", "(reading entry 's1.indices.npy')"});
 }
 
-// The rank folder in the per-tensor layout: every archive entry as a .npy file of its own, the index naming it.
+// The rank folder in the per-tensor layout: every archive entry as a .npy file of its own, the index naming it;
+// an entry of rank 0's that the rank names (format version 3: "../rank0/s3.npz/s3.x.npy") is copied from rank 0's
+// unpacked folder (unpack rank 0 first).
 void Unpack(const std::string& rank_dir) {
   for (const auto& e : fs::directory_iterator(rank_dir)) {
     if (e.path().extension() != ".npz") continue;
@@ -112,7 +114,13 @@ void Unpack(const std::string& rank_dir) {
   }
   std::string index = testing::ReadFile(rank_dir + "/index.json");
   for (size_t at; (at = index.find(".npz/")) != std::string::npos;) {
-    index.erase(index.rfind('"', at) + 1, at + 5 - index.rfind('"', at) - 1);  // "s3.npz/s3.x.npy" -> "s3.x.npy"
+    const size_t start = index.rfind('"', at) + 1;
+    if (index.compare(start, 9, "../rank0/") == 0) {
+      const std::string entry = index.substr(at + 5, index.find('"', at) - at - 5);
+      fs::copy_file(fs::path(rank_dir).parent_path() / "rank0" / entry, rank_dir + "/" + entry,
+                    fs::copy_options::overwrite_existing);
+    }
+    index.erase(start, at + 5 - start);  // "s3.npz/s3.x.npy" -> "s3.x.npy"
   }
   testing::WriteFile(rank_dir + "/index.json", index);
 }
@@ -126,8 +134,8 @@ TEST_F(TorchBadDump, PerTensorLayoutOfOlderRecordingsIsRead) {
 }
 
 TEST_F(TorchBadDump, TruncatedNpyOfThePerTensorLayoutExits2NamingTheFile) {
-  Unpack(dump_ + "/rank1");
-  ExpectTruncationNamed(dump_ + "/rank1/s1.grad.0.weight.npy", {"s1.grad.0.weight.npy", "truncated"});
+  for (const char* r : {"/rank0", "/rank1"}) Unpack(dump_ + r);
+  ExpectTruncationNamed(dump_ + "/rank1/s1.indices.npy", {"rank1/s1.indices.npy", "truncated"});
 }
 
 TEST_F(TorchBadDump, MismatchedStepsExit2NamingTheRanks) {

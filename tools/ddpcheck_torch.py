@@ -35,6 +35,7 @@ import os
 import struct
 import sys
 import threading
+import time
 import zlib
 
 import numpy as np
@@ -45,10 +46,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddpcheck_torch_protocol as _protocol  # noqa: E402
 
 FORMAT = "ddpcheck-torch-dump"
-VERSION = 2  # 2: the tensors in per-step archives (version 1: one .npy file per tensor; ddpcheck reads both)
+# 3: a rank's tensor may be another rank's archive entry ("../rank0/s3.npz/s3.param.0.weight.npy", bitwise what this
+# rank held) and a bucket's reduced gradient the step's grads ("reduced_is_grads"); 2: the tensors in per-step
+# archives; 1: one .npy file per tensor. ddpcheck reads all three.
+VERSION = 3
 # An archive (a stored zip without zip64, docs/torch.md) stays below 4 GiB; a tensor that would take it past
 # this is written as a .npy file of its own (the index names each tensor's file, so both layouts mix).
 ARCHIVE_LIMIT = (1 << 32) - (1 << 24)
+# How long a rank's writer waits for rank 0's archive of the same step (to name rank 0's entries it holds bitwise
+# instead of writing them again) before it writes its own and stops looking (rank 0 on another host).
+PEER_WAIT_S = 10.0
 
 _SCHEDULERS = {
     "StepLR": ("step", {"step_size": "step_size", "gamma": "gamma"}),
@@ -176,9 +183,20 @@ class _Writer:
     nothing (the recorder decides). An archive is an uncompressed zip (np.load reads it as an .npz): each entry
     is byte for byte the .npy file np.save writes, and the whole archive goes out in one writev per 1024 pieces
     (headers and the arrays' own memory, nothing copied). A C-contiguous array is its .npy header (made once per
-    dtype and shape by numpy's own writer) followed by its memory; anything else is np.save's bytes."""
+    dtype and shape by numpy's own writer) followed by its memory; anything else is np.save's bytes.
 
-    def __init__(self, limit=256 << 20):
+    run: this recording's id, the comment of every archive ("ddpcheck-run <id>"). peer (rank r > 0): (rank 0's
+    folder, its name from this rank's folder, the time this recorder started). An entry the batch marks shared (a
+    tensor DDP keeps equal on every rank: parameters, gradients, optimizer state, broadcast buffers) that rank 0's
+    archive of the same name holds byte for byte is not written again: `aliases` maps "<archive>/<entry>" to
+    "../rank0/<archive>/<entry>" (the recorder renames it in the index) and `peer_run` is rank 0's run id. Rank 0's
+    run id is read from its run.json (written when its recorder started, before its first step, so before this
+    rank's first step's archive is written; an older one is ignored), and only a complete archive of that run is
+    named (its end record read, its comment that run's): a dump an earlier run left in the folder never is, and
+    ddpcheck checks the id against rank 0's index. The writer waits for rank 0's archive up to PEER_WAIT_S (less
+    once rank 0's index is written), then writes everything itself from then on (rank 0 on another machine)."""
+
+    def __init__(self, limit=256 << 20, run="", peer=None):
         self._cv = threading.Condition()
         self._queue = collections.deque()  # (batch, step, done, bytes)
         self._pending = 0  # bytes queued or being written
@@ -188,11 +206,15 @@ class _Writer:
         self._headers = {}
         self.failure = None  # (step, exception) of the first failed write
         self.raised = False  # whether put() raised it
+        self._comment = ("ddpcheck-run " + run).encode("ascii")
+        self._peer = peer
+        self.peer_run = None  # rank 0's run id, once read
+        self._cmp = np.empty(0, np.uint8)  # rank 0's entry, read back to compare
+        self.aliases = {}  # "<archive>/<entry>" -> "../rank0/<archive>/<entry>" (written by the writer thread)
 
     @staticmethod
     def _bytes(batch):
-        archive, entries, files = batch
-        return sum(a.nbytes for _, a in entries) + sum(a.nbytes for _, a in files)
+        return sum(a.nbytes for _, a in batch[1]) + sum(a.nbytes for _, a in batch[2])
 
     def put(self, batch, step, done=None):
         size = self._bytes(batch)
@@ -241,8 +263,10 @@ class _Writer:
                     self._cv.wait()
                 if not self._queue:
                     return
-                (archive, entries, files), step, done, size = self._queue[0]
+                (archive, entries, files, shared), step, done, size = self._queue[0]
             try:
+                if shared and self._peer is not None:
+                    entries = self._dedupe(archive, entries, shared)
                 if entries:
                     self._write(archive, self._zip(entries))
                 for path, array in files:
@@ -257,6 +281,78 @@ class _Writer:
                 self._queue.popleft()
                 self._pending -= size
                 self._cv.notify_all()
+
+    def _dedupe(self, archive, entries, shared):
+        """The entries left to write once those rank 0's archive of the same name holds byte for byte are aliased."""
+        base = os.path.basename(archive)
+        path = os.path.join(self._peer[0], base)
+        found = self._peer_entries(path)
+        if found is None:
+            return entries
+        keep = []
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            for name, a in entries:
+                where = found.get(name) if name in shared else None
+                if where is not None and self._same(fd, where, self._npy(a)):
+                    self.aliases[base + "/" + name] = "%s/%s/%s" % (self._peer[1], base, name)
+                else:
+                    keep.append((name, a))
+        finally:
+            os.close(fd)
+        return keep
+
+    def _peer_entries(self, path):
+        """{entry: (data offset, size)} of rank 0's complete archive `path` of rank 0's run, waiting for it up to
+        PEER_WAIT_S (then None, and no archive of rank 0 is looked for again)."""
+        deadline = time.monotonic() + PEER_WAIT_S
+        pause = 0.0005
+        folder, _, started = self._peer
+        while True:
+            try:
+                if self.peer_run is None:
+                    run = os.path.join(folder, "run.json")
+                    if os.stat(run).st_mtime >= started - 60:
+                        with open(run) as f:
+                            self.peer_run = str(json.load(f)["run"])
+                if self.peer_run is not None:
+                    found = _zip_entries(path)
+                    if found is not None:
+                        if found[0] != b"ddpcheck-run " + self.peer_run.encode("ascii"):
+                            return None  # not rank 0's of this run (yet): written here
+                        return found[1]
+                    index = os.path.join(folder, "index.json")
+                    if os.path.exists(index) and os.stat(index).st_mtime >= started:
+                        deadline = min(deadline, time.monotonic() + 0.05)  # rank 0 closed: it will not come
+            except (OSError, ValueError, KeyError, UnicodeError):
+                pass
+            if time.monotonic() > deadline:
+                self._peer = None
+                return None
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
+
+    def _same(self, fd, where, pieces):
+        """Whether the `size` bytes at `offset` of fd are the pieces' bytes."""
+        offset, size = where
+        if size != sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces):
+            return False
+        if self._cmp.size < size:
+            self._cmp = np.empty(size, np.uint8)
+        got = self._cmp[:size]
+        if os.preadv(fd, [got], offset) != size:
+            return False
+        at = 0
+        for p in pieces:
+            n = len(p) if isinstance(p, bytes) else p.nbytes
+            mine = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
+            theirs = got[at:at + n]
+            if n % 8 == 0 and at % 8 == 0 and mine.ctypes.data % 8 == 0:
+                mine, theirs = mine.view(np.uint64), theirs.view(np.uint64)
+            if not np.array_equal(mine, theirs):
+                return False
+            at += n
+        return True
 
     def _npy(self, a):
         """The bytes np.save writes for a, as pieces: [header, memory] or [np.save's bytes]."""
@@ -292,7 +388,7 @@ class _Writer:
             offset += len(pieces[-1 - len(data)]) + size
         directory = b"".join(central)
         pieces.append(directory + _ZIP_END.pack(0x06054B50, 0, 0, len(entries), len(entries), len(directory), offset,
-                                                0))
+                                                len(self._comment)) + self._comment)
         return pieces
 
     @staticmethod
@@ -371,6 +467,81 @@ _ZIP_END = struct.Struct("<IHHHHIIH")
 _ZIP_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the earliest date a zip holds
 
 
+def _zip_entries(path):
+    """(comment, {entry name: (data offset, size)}) of a stored zip as _Writer._zip writes it (a comment of at most
+    64 bytes, no zip64), or None when the file is not (yet) one: its end record is written last."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        tail = min(size, _ZIP_END.size + 64)
+        f.seek(size - tail)
+        tail = f.read(tail)
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or at + _ZIP_END.size > len(tail):
+            return None
+        sig, _, _, _, count, cd_size, cd_offset, comment_len = _ZIP_END.unpack_from(tail, at)
+        end = size - len(tail) + at
+        if at + _ZIP_END.size + comment_len != len(tail) or cd_offset + cd_size != end:
+            return None
+        comment = tail[at + _ZIP_END.size:]
+        f.seek(cd_offset)
+        directory = f.read(cd_size)
+    out, at = {}, 0
+    for _ in range(count):
+        if at + _ZIP_CENTRAL.size > len(directory):
+            return None
+        fields = _ZIP_CENTRAL.unpack_from(directory, at)
+        method, size, stored, name_len, extra_len, comment_len, local = (fields[4], fields[8], fields[9], fields[10],
+                                                                         fields[11], fields[12], fields[16])
+        if fields[0] != 0x02014B50 or method != 0 or size != stored or extra_len or comment_len:
+            return None
+        name = directory[at + _ZIP_CENTRAL.size:at + _ZIP_CENTRAL.size + name_len].decode("utf-8")
+        out[name] = (local + _ZIP_LOCAL.size + name_len, size)
+        at += _ZIP_CENTRAL.size + name_len
+    return comment, out
+
+
+def _bits(a):
+    """a (a numpy array) as unsigned integers of its item size, flat in C order: equal bits, equal values."""
+    a = np.ascontiguousarray(a).reshape(-1)
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _concatenates(flat, parts):
+    """Whether the 1-D tensor `flat` is bitwise the parts (tensors, flattened in C order) one after another, as
+    ddpcheck rebuilds a bucket marked reduced_is_grads from the step's grads."""
+    if any(p is None or p.dtype != flat.dtype or p.device != flat.device for p in parts) or flat.dim() != 1:
+        return False
+    if sum(p.numel() for p in parts) != flat.numel() or flat.element_size() not in (1, 2, 4, 8):
+        return False
+    if flat.device.type != "cpu" or flat.dtype not in (torch.float32, torch.float64):
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(flat.element_size())
+        if ints is None:
+            return False
+        at = 0
+        for p in parts:
+            n = p.numel()
+            if not torch.equal(flat[at:at + n].view(ints), p.detach().reshape(-1).view(ints)):
+                return False
+            at += n
+        return True
+    whole, at = _bits(flat.detach().numpy()), 0
+    for p in parts:
+        n = p.numel()
+        if not np.array_equal(whole[at:at + n], _bits(p.detach().numpy())):
+            return False
+        at += n
+    return True
+
+
+def _renamed(v, names):
+    """v (the steps' records) with every tensor name in `names` replaced by its value."""
+    if isinstance(v, dict):
+        return {k: _renamed(x, names) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_renamed(x, names) for x in v]
+    return names.get(v, v) if isinstance(v, str) else v
+
+
 # The note of a step reference="auto" leaves to ddpcheck's replay (core/dump_protocol.h, kAutoReferenceNote).
 AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's own float64 replay is its "
              "single-process reference")
@@ -404,11 +575,18 @@ class DdpRecorder:
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
         os.makedirs(self.dir, exist_ok=True)
-        self._writer = _Writer()
+        self.run_id = os.urandom(16).hex()  # this recording's: rank r > 0 names rank 0's entries of this run only
+        if self.rank == 0:
+            with open(os.path.join(self.dir, "run.json.tmp"), "w") as f:
+                json.dump({"run": self.run_id}, f)
+            os.replace(os.path.join(self.dir, "run.json.tmp"), os.path.join(self.dir, "run.json"))
+        peer = (os.path.join(out_dir, "rank0"), "../rank0", time.time()) if self.rank > 0 else None
+        self._writer = _Writer(run=self.run_id, peer=peer)
         # What the writer gets at the end of __init__, step() and close(): the archive those tensors go to
-        # ("init.npz", "s<k>.npz", "dataset.npz") with its [(entry, array)], and [(path, array)] of .npy files of
-        # their own (a tensor that would take the archive past ARCHIVE_LIMIT).
-        self._archive, self._entries, self._files, self._archive_bytes = "init.npz", [], [], 0
+        # ("init.npz", "s<k>.npz", "dataset.npz") with its [(entry, array)], [(path, array)] of .npy files of
+        # their own (a tensor that would take the archive past ARCHIVE_LIMIT) and the entries that hold tensors DDP
+        # keeps equal on every rank (which the writer may name in rank 0's archive instead).
+        self._archive, self._entries, self._files, self._archive_bytes, self._shared = "init.npz", [], [], 0, set()
         self.no_replay = []  # why this run can only be checked by protocol
         self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
         self.loss = self._describe(lambda: describe_loss(loss_fn), None)
@@ -435,7 +613,7 @@ class DdpRecorder:
         self._pindex = {id(q): i for i, (_, q) in enumerate(named)}
         buffers = [n for n, _ in self.module.named_buffers()]
         self.index = {
-            "format": FORMAT, "version": VERSION, "rank": self.rank, "world_size": self.world,
+            "format": FORMAT, "version": VERSION, "run": self.run_id, "rank": self.rank, "world_size": self.world,
             "torch_version": torch.__version__, "model": self.layers, "loss": self.loss,
             "dtype": str(next(self.module.parameters()).dtype).replace("torch.", ""),
             "params": [{"name": self.name(n), "torch_name": n, "shape": list(q.shape), "numel": q.numel(),
@@ -513,7 +691,7 @@ class DdpRecorder:
         if self.ref is not None:
             self.ref.on_forward(module, inputs)
 
-    def _save(self, stem, t, owned=False):
+    def _save(self, stem, t, owned=False, shared=False):
         """Queues t as <stem>.npy, an entry of the current archive (OUT_DIR/rank<r>/<archive>.npz), and returns
         how the index names it: "<archive>.npz/<stem>.npy"; a tensor that would take the archive past
         ARCHIVE_LIMIT goes to OUT_DIR/rank<r>/<stem>.npy instead, named "<stem>.npy". owned: t is the recorder's
@@ -529,18 +707,21 @@ class DdpRecorder:
             return name
         self._archive_bytes += size
         self._entries.append((name, a))
+        if shared:
+            self._shared.add(name)
         return self._archive + "/" + name
 
     def _hand_over(self, step, done=None, archive=None):
         """What _save queued since the last call goes to the writer thread as one batch: step's archive (that of
         __init__ counts as step 0's: without it no step is usable); done() runs once it is written. The next
         tensors go to `archive`."""
-        batch = (os.path.join(self.dir, self._archive), self._entries, self._files)
-        self._archive, self._entries, self._files, self._archive_bytes = archive, [], [], 0
+        batch = (os.path.join(self.dir, self._archive), self._entries, self._files, self._shared)
+        self._archive, self._entries, self._files, self._archive_bytes, self._shared = archive, [], [], 0, set()
         self._writer.put(batch, step, done)
 
-    def _save_state(self, prefix, state, owned=False):
-        return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v, owned) for k, v in state.items()}
+    def _save_state(self, prefix, state, owned=False, shared=False):
+        return {self.name(k): self._save("%s.%s" % (prefix, self.name(k)), v, owned, shared)
+                for k, v in state.items()}
 
     def set_dataset(self, x, y):
         """The full dataset (rows indexed by the sampler); else it is rebuilt from the recorded batches."""
@@ -588,29 +769,44 @@ class DdpRecorder:
         self._sched_steps = 0
         if hyper is not None:
             rec["groups"] = hyper
+        # Tensors DDP keeps equal on every rank are marked shared: rank r > 0 names rank 0's entry where it holds
+        # the same bytes (_Writer). Buffers only when DDP broadcasts them.
+        bcast = bool(getattr(self.ddp, "broadcast_buffers", False))
         if self._fwd_buffers is not None:
-            rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers, owned=True)
+            rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers, owned=True, shared=bcast)
         named = list(self.module.named_parameters())
         grads = {n: (step_grads.get(id(q)) if step_grads is not None else q.grad) for n, q in named}
-        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g, step_grads is not None)
+        rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g, step_grads is not None, True)
                         for n, g in grads.items() if g is not None}
-        rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q) for n, q in named}
-        rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()))
+        rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q, shared=True)
+                         for n, q in named}
+        rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()), shared=bcast)
         state, counters = {}, {}
         for n, q in named:
             for key, v in self.opt.state.get(q, {}).items():
                 if key == "step":
                     counters[self.name(n)] = float(v)
                 elif torch.is_tensor(v):
-                    state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (p, key, self.name(n)), v)
+                    state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (p, key, self.name(n)), v,
+                                                                         shared=True)
         rec["optimizer_state"] = state
         rec["optimizer_step_counts"] = counters
         if self.buckets is not None:
-            rec["buckets"] = [{"index": b["index"], "params": b["params"],
-                               "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"], True),
-                               "reduced": self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True)
-                               if b["reduced"] is not None else None}
-                              for k, b in enumerate(self.buckets.take())]
+            taken = self.buckets.take()
+            last = {b["index"]: k for k, b in enumerate(taken)}
+            by_index = [grads[n] if step_grads is not None else None for n, _ in named]
+            rec["buckets"] = []
+            for k, b in enumerate(taken):
+                e = {"index": b["index"], "params": b["params"],
+                     "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"], True)}
+                if b["reduced"] is None:
+                    e["reduced"] = None
+                elif last[b["index"]] == k and _concatenates(b["reduced"], [by_index[i] if 0 <= i < len(by_index)
+                                                                            else None for i in b["params"]]):
+                    e["reduced_is_grads"] = True  # bitwise the grads the optimizer saw: not written twice
+                else:
+                    e["reduced"] = self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True, True)
+                rec["buckets"].append(e)
         if self.ref is not None:
             captured = self._capture()
             if self._ref_needed is None:
@@ -703,9 +899,12 @@ class DdpRecorder:
             ix["dataset"] = {"x": self._save("dataset.x", self.x_rows.tensor(n)),
                              "y": self._save("dataset.y", self.y_rows.tensor(n)),
                              "complete": seen.size == n, "rows_seen": seen.tolist()}
-        batch = (os.path.join(self.dir, self._archive), self._entries, self._files)
-        self._entries, self._files, self._archive_bytes = [], [], 0
+        batch = (os.path.join(self.dir, self._archive), self._entries, self._files, self._shared)
+        self._entries, self._files, self._archive_bytes, self._shared = [], [], 0, set()
         self._writer.close(batch, len(self.steps))  # every file is on disk before the index that names them
+        if self._writer.aliases:  # entries rank 0 holds bitwise: named there
+            self.steps = _renamed(self.steps, self._writer.aliases)
+            ix["peer_run"] = self._writer.peer_run
         failed = self._writer.failure  # (step, exception) of a write that failed, the step's files incomplete
         if failed is not None:
             step, e = failed
