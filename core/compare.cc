@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/parallel.h"
+
 namespace ddpcheck::core {
 
 namespace {
@@ -71,8 +73,6 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   int64_t bad = 0, worst = -1;
   double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
   double max_budget = budget, sensitivity = INFINITY;
-  bool same_ratio = true;
-  double ratio = std::nan("");
   for (int64_t i = 0; i < want.numel(); ++i) {
     const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
     const bool both_nan = std::isnan(g) && std::isnan(w);
@@ -84,17 +84,12 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
       max_budget = std::max(max_budget, b);
       if (w != 0 && std::isfinite(w)) sensitivity = std::min(sensitivity, 2 * b / std::abs(w));
     }
-    const double rel = w != 0 ? abs_err / std::abs(w) : (abs_err == 0 ? 0 : INFINITY);
-    const double ulps = std::isfinite(g) && std::isfinite(w) ? UlpDistance(g, w, dt) : INFINITY;
-    max_abs = std::max(max_abs, abs_err);
-    max_rel = std::max(max_rel, rel);
-    max_ulps = std::max(max_ulps, ulps);
-    if (w != 0) {
-      const double r = g / w;
-      if (std::isnan(ratio)) ratio = r;
-      else if (std::abs(r - ratio) > 1e-9 * std::abs(ratio)) same_ratio = false;
-    } else if (g != 0) {
-      same_ratio = false;
+    if (abs_err != 0) {  // equal values add nothing to the maxima
+      const double rel = w != 0 ? abs_err / std::abs(w) : INFINITY;
+      const double ulps = std::isfinite(g) && std::isfinite(w) ? UlpDistance(g, w, dt) : INFINITY;
+      max_abs = std::max(max_abs, abs_err);
+      max_rel = std::max(max_rel, rel);
+      max_ulps = std::max(max_ulps, ulps);
     }
     if (!ok) {
       ++bad;
@@ -120,6 +115,19 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   if (max_abs_out) *max_abs_out = max_abs;
   if (bad == 0) return std::nullopt;
   if (stats) stats->failed++;
+  // got = ratio x want everywhere (a loss scaled by W, a gradient not averaged): the mismatch says so.
+  bool same_ratio = true;
+  double ratio = std::nan("");
+  for (int64_t i = 0; i < want.numel() && same_ratio; ++i) {
+    const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
+    if (w != 0) {
+      const double r = g / w;
+      if (std::isnan(ratio)) ratio = r;
+      else if (std::abs(r - ratio) > 1e-9 * std::abs(ratio)) same_ratio = false;
+    } else if (g != 0) {
+      same_ratio = false;
+    }
+  }
   const size_t wi = static_cast<size_t>(worst);
   m.index = worst;
   m.got = got.data[wi];
@@ -270,11 +278,15 @@ CompareResult CheckRankInvariants(const Trace& trace) {
     const bool same_group = base && base_key.step == key.step && base_key.checkpoint == key.checkpoint &&
                             base_key.tensor == key.tensor;
     if (!same_group) {
-      base = &value;
+      base = value.get();
       base_key = key;
       continue;
     }
     auto& st = result.stats[CheckpointName(key.checkpoint)];
+    if (value.get() == base) {  // one value the ranks share (Trace::Add): equal
+      st.compared++;
+      continue;
+    }
     auto m = CompareTensor(value, *base, /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
     if (m) {
       m->key = key;
@@ -304,21 +316,23 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
   for (const auto& [key, value] : want.records()) {
     double& sc = scale_at[{key.step, key.checkpoint}];
-    for (double v : value.data) {
+    for (double v : value->data) {
       if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
     }
   }
   // The ranks of a step usually hold bitwise the same tensor (DDP's parameters and reduced gradients): one
   // comparison serves every rank whose tensor equals the one just compared against the same reference value
-  // and bound (the same inputs give the same result), which is a memcmp instead of a pass of arithmetic.
+  // and bound (the same inputs give the same result), which is a memcmp (a pointer compare for a value the
+  // ranks share) instead of a pass of arithmetic. The distinct comparisons run on every core.
   struct Compared {
     TraceKey key;
     const Tensor *got, *want, *bound;
+    size_t computed;  // the comparison whose result this one is (itself unless a repeat)
     CheckpointStats stats;
     std::optional<Mismatch> m;
-    double max_abs;
+    double max_abs = 0;
   };
-  std::optional<Compared> last;
+  std::vector<Compared> jobs;
   TraceKey from;
   from.step = range.first_step;
   from.checkpoint = static_cast<Checkpoint>(0);
@@ -339,27 +353,33 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
       all.rank = kAllRanks;
       bound = bounds.Find(all);
     }
-    const int64_t budget_step = policy_step >= 0 ? policy_step : key.step;
+    const Compared* last = jobs.empty() ? nullptr : &jobs[jobs[jobs.size() - 1].computed];
     const bool repeat = last && last->key.step == key.step && last->key.checkpoint == key.checkpoint &&
                         last->key.tensor == key.tensor && last->want == w && last->bound == bound &&
                         BitwiseEqual(*last->got, value);
-    if (!repeat) {
-      last = Compared{key, &value, w, bound, {}, std::nullopt, 0.0};
-      last->m = CompareTensor(
-          value, *w, policy.exact || !IsFloating(w->dtype) || IsExactCheckpoint(key.checkpoint),
-          [&, &key = key](double scale) {  // clang < 16 cannot capture a structured binding
-            return policy.Budget(key.checkpoint, budget_step, std::max(scale, scale_at[{key.step, key.checkpoint}]));
-          },
-          &last->stats, &last->max_abs, bound ? &bound->data : nullptr);
-    }
-    MergeStats(&result.stats[CheckpointName(key.checkpoint)], last->stats);
-    const double max_abs = last->max_abs;
-    auto m = last->m;
-    if (IsFloating(w->dtype)) {
+    jobs.push_back(Compared{key, value.get(), w, bound, repeat ? jobs.back().computed : jobs.size(), {}, {}, 0.0});
+  }
+  ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
+    Compared& c = jobs[static_cast<size_t>(i)];
+    if (c.computed != static_cast<size_t>(i)) return;
+    const TraceKey& key = c.key;
+    const int64_t budget_step = policy_step >= 0 ? policy_step : key.step;
+    const auto sc = scale_at.find({key.step, key.checkpoint});
+    const double step_scale = sc == scale_at.end() ? 0.0 : sc->second;
+    c.m = CompareTensor(
+        *c.got, *c.want, policy.exact || !IsFloating(c.want->dtype) || IsExactCheckpoint(key.checkpoint),
+        [&](double scale) { return policy.Budget(key.checkpoint, budget_step, std::max(scale, step_scale)); },
+        &c.stats, &c.max_abs, c.bound ? &c.bound->data : nullptr);
+  });
+  for (const Compared& job : jobs) {
+    const TraceKey& key = job.key;
+    const Compared& done = jobs[job.computed];
+    MergeStats(&result.stats[CheckpointName(key.checkpoint)], done.stats);
+    if (IsFloating(job.want->dtype)) {
       auto& e = result.error_by_tensor[CheckpointName(key.checkpoint) + "/" + key.tensor][key.step];
-      e = std::max(e, max_abs);
+      e = std::max(e, done.max_abs);
     }
-    if (m) {
+    if (auto m = done.m) {
       m->key = key;
       m->kind = "reference-divergent";
       m->against = "reference";

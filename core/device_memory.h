@@ -22,6 +22,9 @@ class DeviceMemory {
   virtual void CopyScaled(ConstSpan src, Span dst, double factor, ScaleMode mode) = 0;
   virtual void Fill(Span dst, double value) = 0;
   virtual Tensor ToHost(ConstSpan src, const std::vector<int64_t>& shape) const = 0;
+  // True when ToHost(src, host.shape) is known, without a copy, to be bitwise `host` (dtype and every value):
+  // host memory compares in place; device memory says false (the caller then copies).
+  virtual bool SameAsHost(ConstSpan /*src*/, const Tensor& /*host*/) const { return false; }
   virtual void FromHost(const Tensor& src, Span dst) = 0;
 };
 

@@ -90,7 +90,7 @@ std::optional<Diagnosis> FromEvents(const Scenario& s, const Trace& got, const T
       if (has_events) continue;
       for (const auto& [k, v] : got.records()) {
         if (k.rank != r || k.checkpoint != Checkpoint::kReduced) continue;
-        if (got.Find({k.step, Checkpoint::kBucket, "bucket0", r}) == nullptr) {
+        if (got.Find({k.step, Checkpoint::kBucket, "bucket0.params", r}) == nullptr) {
           return Make("bypass-ddp", "rank-divergent",
                       fmt::format("rank {} applied gradients it never all-reduced at step {} (its reducer was never "
                                   "armed: no bucket, no buffer broadcast) while the others waited for it: {}. A forward "
@@ -143,7 +143,7 @@ std::optional<Diagnosis> FromSampler(const Scenario& s, const Trace& got, const 
   // skip-set-epoch: this batch is the one the reference used at an earlier step (epoch 0's order again).
   for (const auto& [k, v] : ref.records()) {
     if (k.checkpoint != Checkpoint::kSampler || k.tensor != "indices" || k.rank != m.key.rank || k.step >= m.key.step) continue;
-    if (Ints(&v) == got_idx) {
+    if (Ints(v.get()) == got_idx) {
       return Make("skip-set-epoch", "reference-divergent",
                   fmt::format("rank {}'s batch at step {} is exactly its batch of step {}: every epoch replays epoch "
                               "0's order, as when sampler.set_epoch(epoch) is never called",
@@ -159,7 +159,7 @@ std::optional<Diagnosis> FromSampler(const Scenario& s, const Trace& got, const 
     for (const auto& [k, v] : got.records()) {
       if (k.checkpoint != Checkpoint::kSampler || k.tensor != "indices") continue;
       if (k.step > m.key.step) continue;
-      for (double i : v.data) {
+      for (double i : v->data) {
         ++total;
         if (++count[static_cast<int64_t>(i)] == 2) ++overlap;
       }
@@ -211,7 +211,7 @@ std::optional<Diagnosis> FromReduced(const Scenario& s, const Trace& got, const 
   // A rank whose gradients were never all-reduced: it issued no bucket at this step (forward bypassed DDP),
   // or its bucket content went straight back into its grads (the all-reduce was dropped).
   for (int r = 0; r < w; ++r) {
-    const bool has_bucket = got.Find({m.key.step, Checkpoint::kBucket, "bucket0", r}) != nullptr;
+    const bool has_bucket = got.Find({m.key.step, Checkpoint::kBucket, "bucket0.params", r}) != nullptr;
     const bool has_reduced = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, r}) != nullptr;
     if (has_reduced && !has_bucket && w > 1) {
       return Make("bypass-ddp", "rank-divergent",

@@ -19,18 +19,18 @@ Status CheckFinite(const Trace& t, const std::string& source, const std::set<int
   std::set<int64_t> overflow = overflow_steps;
   for (const auto& [key, value] : t.records()) {
     if (key.checkpoint != Checkpoint::kScaler || key.tensor != "found_inf") continue;
-    for (double v : value.data) {
+    for (double v : value->data) {
       if (v != 0) overflow.insert(key.step);
     }
   }
   for (const auto& [key, value] : t.records()) {
     if (ExemptUnderOverflow(key.checkpoint) && overflow.count(key.step)) continue;
-    for (size_t i = 0; i < value.data.size(); ++i) {
-      if (std::isfinite(value.data[i])) continue;
+    for (size_t i = 0; i < value->data.size(); ++i) {
+      if (std::isfinite(value->data[i])) continue;
       return Status::Mismatch(fmt::format("{}: non-finite value in {} ({}) at step {}, rank {}: {} at flat index {}",
                                           source, key.tensor, CheckpointName(key.checkpoint), key.step,
                                           key.rank == kAllRanks ? std::string("all") : std::to_string(key.rank),
-                                          value.data[i], i));
+                                          value->data[i], i));
     }
   }
   return Status::Ok();

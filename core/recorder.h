@@ -18,15 +18,24 @@ class StepRecorder {
   void set_checkpoint(Checkpoint c) const { checkpoint_ = c; }
   int64_t step() const { return step_; }
   int rank() const { return rank_; }
+  void set_bucket_contents(bool on) { bucket_contents_ = on; }
+  bool bucket_contents() const { return bucket_contents_; }
 
   void Record(Checkpoint c, const std::string& name, Tensor value, int rank_override = -2) const {
     if (!trace_) return;
     trace_->Add({step_, c, name, rank_override == -2 ? rank_ : rank_override}, std::move(value));
   }
-  // Copies device memory `src` (shape `shape`) to the host and records it.
+  // Copies device memory `src` (shape `shape`) to the host and records it; a value another rank recorded
+  // bitwise the same (DDP's parameters, reduced gradients) is shared instead of copied (Trace::Add).
   void RecordSpan(Checkpoint c, const std::string& name, ConstSpan src, const std::vector<int64_t>& shape) const {
     if (!trace_) return;
-    Record(c, name, replica_->Memory().ToHost(src, shape));
+    const TraceKey key{step_, c, name, rank_};
+    if (src.numel >= Trace::kShareMin && trace_->AddTwin(key, [&](const Tensor& t) {
+          return t.shape == shape && replica_->Memory().SameAsHost(src, t);
+        })) {
+      return;
+    }
+    trace_->Add(key, replica_->Memory().ToHost(src, shape));
   }
   void RecordParams(Checkpoint c) const;   // every parameter's value
   void RecordGrads(Checkpoint c) const;    // every defined gradient
@@ -42,6 +51,7 @@ class StepRecorder {
   int rank_;
   int64_t step_ = 0;
   mutable Checkpoint checkpoint_ = Checkpoint::kInit;
+  bool bucket_contents_ = true;
 };
 
 }  // namespace ddpcheck::core

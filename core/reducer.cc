@@ -111,7 +111,7 @@ void Reducer::LaunchReadyBuckets() {
     if (!status_.ok()) continue;  // a failed collective: later buckets are not launched
     const std::string tag = "bucket" + std::to_string(index);
     if (rec_ && rec_->enabled()) {
-      rec_->RecordSpan(Checkpoint::kBucket, tag, b.buffer, {b.numel});
+      if (rec_->bucket_contents()) rec_->RecordSpan(Checkpoint::kBucket, tag, b.buffer, {b.numel});
       std::vector<double> ids(b.params.begin(), b.params.end());
       const auto count = static_cast<int64_t>(ids.size());  // before the move: argument order is unspecified
       rec_->Record(Checkpoint::kBucket, tag + ".params", Tensor(DType::kInt64, {count}, std::move(ids)));

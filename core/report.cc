@@ -26,13 +26,13 @@ nlohmann::json Provenance(const nlohmann::json& extra) {
 
 void FillSeries(const Trace& trace, RunReport* report) {
   for (const auto& [key, value] : trace.records()) {
-    if (value.data.empty()) continue;
+    if (value->data.empty()) continue;
     const bool loss = key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0;
-    if (loss && key.rank != kAllRanks) report->loss_by_rank[key.rank][key.step] = value.data[0];
+    if (loss && key.rank != kAllRanks) report->loss_by_rank[key.rank][key.step] = value->data[0];
     if (key.rank != 0 && key.rank != kAllRanks) continue;
-    if (key.checkpoint == Checkpoint::kLr && key.tensor == "lr") report->lr_by_step[key.step] = value.data[0];
-    if (key.checkpoint == Checkpoint::kScaler && key.tensor == "scale") report->scale_by_step[key.step] = value.data[0];
-    if (loss) report->loss_by_step[key.step] = value.data[0];
+    if (key.checkpoint == Checkpoint::kLr && key.tensor == "lr") report->lr_by_step[key.step] = value->data[0];
+    if (key.checkpoint == Checkpoint::kScaler && key.tensor == "scale") report->scale_by_step[key.step] = value->data[0];
+    if (loss) report->loss_by_step[key.step] = value->data[0];
   }
 }
 
@@ -46,12 +46,12 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
   std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
   for (const auto& [key, value] : want.records()) {
     double& sc = scale_at[{key.step, key.checkpoint}];
-    for (double v : value.data) {
+    for (double v : value->data) {
       if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
     }
     if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0 && key.rank != kAllRanks &&
-        !value.data.empty()) {
-      report->reference_loss_by_rank[key.rank][key.step] = value.data[0];
+        !value->data.empty()) {
+      report->reference_loss_by_rank[key.rank][key.step] = value->data[0];
     }
   }
   auto& map = report->divergence_map;
@@ -64,7 +64,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     if (key.checkpoint == Checkpoint::kBucket) continue;
     const Tensor* w = want.Find(key);
     if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
-    if (!w || w->shape != value.shape) continue;
+    if (!w || w->shape != value->shape) continue;
     const std::string cp = CheckpointName(key.checkpoint);
     RunReport::CheckpointSummary& summary = report->checkpoint_summary[cp];
     RunReport::Cell& rank_cell = report->rank_error[cp][key.rank][key.step];
@@ -80,14 +80,14 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     // counts as equal, NaN against a number as an infinite error). A rank holding bitwise the tensor the
     // rank before it held, against the same reference value, has its errors.
     const bool repeat = last_got && last_want == w && BitwiseEqual(*last_got, value);
-    last_got = &value;
+    last_got = value.get();
     last_want = w;
     if (!repeat) {
       max_err = 0;
       differs = false;
     }
     for (size_t i = 0; i < w->data.size() && !repeat; ++i) {
-      const double g = value.data[i], v = w->data[i];
+      const double g = value->data[i], v = w->data[i];
       if (std::isnan(g) && std::isnan(v)) continue;
       double err = g == v ? 0.0 : std::abs(g - v);
       if (std::isnan(err)) err = INFINITY;

@@ -2,7 +2,9 @@
 
 #include "core/file.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -86,9 +88,44 @@ Trace Trace::TakeSteps(int64_t last_step) {
   return out;
 }
 
-void Trace::Add(const TraceKey& key, Tensor value) {
+std::vector<std::shared_ptr<const Tensor>> Trace::Twins(const TraceKey& key) const {
+  std::vector<std::shared_ptr<const Tensor>> out;
+  if (key.rank == kAllRanks) return out;
   std::lock_guard<std::mutex> lock(mu_);
-  records_[key] = std::move(value);
+  TraceKey from = key;
+  from.rank = std::numeric_limits<int>::min();
+  for (auto it = records_.lower_bound(from); it != records_.end() && it->first.step == key.step &&
+                                            it->first.checkpoint == key.checkpoint && it->first.tensor == key.tensor;
+       ++it) {
+    const auto& p = it->second.ptr();
+    if (it->first.rank != key.rank && std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  return out;
+}
+
+void Trace::Add(const TraceKey& key, Tensor value) {
+  auto p = std::make_shared<const Tensor>(std::move(value));
+  if (p->numel() >= kShareMin) {
+    // Compared outside the lock: the other ranks keep adding meanwhile.
+    for (const auto& twin : Twins(key)) {
+      if (BitwiseEqual(*twin, *p)) {
+        p = twin;
+        break;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.insert_or_assign(key, SharedTensor(std::move(p)));
+}
+
+bool Trace::AddTwin(const TraceKey& key, const std::function<bool(const Tensor&)>& same) {
+  for (const auto& twin : Twins(key)) {
+    if (!same(*twin)) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.insert_or_assign(key, SharedTensor(twin));
+    return true;
+  }
+  return false;
 }
 
 void Trace::AddEvent(TraceEvent event) {
@@ -98,7 +135,7 @@ void Trace::AddEvent(TraceEvent event) {
 
 const Tensor* Trace::Find(const TraceKey& key) const {
   auto it = records_.find(key);
-  return it == records_.end() ? nullptr : &it->second;
+  return it == records_.end() ? nullptr : it->second.get();
 }
 
 nlohmann::json EncodeValue(double v) {
@@ -142,7 +179,9 @@ Status Trace::EncodeTo(const std::function<Status(const std::string& name, std::
   nlohmann::json index = {{"format", kFormat}, {"version", kFormatVersion}, {"meta", meta}};
   nlohmann::json records = nlohmann::json::array();
   int file_no = 0;
-  for (const auto& [key, t] : records_) {
+  std::map<const Tensor*, std::string> written;  // a value ranks share is one file
+  for (const auto& [key, shared] : records_) {
+    const Tensor& t = *shared;
     nlohmann::json r = {{"step", key.step},
                         {"checkpoint", CheckpointName(key.checkpoint)},
                         {"tensor", key.tensor},
@@ -153,6 +192,8 @@ Status Trace::EncodeTo(const std::function<Status(const std::string& name, std::
       nlohmann::json values = nlohmann::json::array();
       for (double v : t.data) values.push_back(EncodeValue(v));
       r["values"] = std::move(values);
+    } else if (auto w = written.find(&t); w != written.end()) {
+      r["file"] = w->second;
     } else {
       std::string file = "t" + std::to_string(file_no++) + ".npy";
       std::string bytes;
@@ -160,6 +201,7 @@ Status Trace::EncodeTo(const std::function<Status(const std::string& name, std::
       if (!st.ok()) return st.Prefixed(file);
       DDPCHECK_RETURN_IF_ERROR(sink(file, std::move(bytes)));
       r["file"] = file;
+      written[&t] = file;
     }
     records.push_back(std::move(r));
   }
@@ -328,7 +370,7 @@ Status Trace::FromIndex(const nlohmann::json& index, const std::string& path, co
     TraceKey key;
     Tensor value;
     DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], load, JsonPath("/records", i), &key, &value).Prefixed(path));
-    t.records_[key] = std::move(value);
+    t.Add(key, std::move(value));
   }
   for (size_t i = 0; i < events.size(); ++i) {
     TraceEvent ev;

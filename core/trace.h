@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,6 +62,23 @@ struct TraceEvent {
   std::string message;  // the full Status text
 };
 
+// A record's value. Records of different ranks holding bitwise the same values (DDP's parameters and reduced
+// gradients after the all-reduce) share one copy (Trace::Add): W ranks of a large model hold it once, and two
+// records that share it are equal without reading them.
+class SharedTensor {
+ public:
+  SharedTensor() = default;
+  explicit SharedTensor(std::shared_ptr<const Tensor> p) : p_(std::move(p)) {}
+  const Tensor& operator*() const { return *p_; }
+  const Tensor* operator->() const { return p_.get(); }
+  const Tensor* get() const { return p_.get(); }
+  operator const Tensor&() const { return *p_; }  // NOLINT: a record reads as its tensor
+  const std::shared_ptr<const Tensor>& ptr() const { return p_; }
+
+ private:
+  std::shared_ptr<const Tensor> p_;
+};
+
 class Trace {
  public:
   Trace() = default;
@@ -70,15 +88,19 @@ class Trace {
   Trace(Trace&& o) noexcept;
   Trace& operator=(Trace&& o) noexcept;
 
-  // Thread-safe: rank threads add concurrently. A second Add for one key replaces the first.
+  // Thread-safe: rank threads add concurrently. A second Add for one key replaces the first. A value of at least
+  // kShareMin elements bitwise equal to another rank's record of the same (step, checkpoint, tensor) shares it.
   void Add(const TraceKey& key, Tensor value);
+  // Records, without a copy, the value of another rank's record of the same (step, checkpoint, tensor) that
+  // `same` accepts (a replica's device memory compared in place); false, recording nothing, when none does.
+  bool AddTwin(const TraceKey& key, const std::function<bool(const Tensor&)>& same);
   void AddEvent(TraceEvent event);
   // Moves the records of steps <= last_step (not the events or meta) into the returned trace. Not synchronised
   // with Add.
   Trace TakeSteps(int64_t last_step);
   // nullptr when absent. Not synchronised with Add: read after the run.
   const Tensor* Find(const TraceKey& key) const;
-  const std::map<TraceKey, Tensor>& records() const { return records_; }
+  const std::map<TraceKey, SharedTensor>& records() const { return records_; }
   const std::vector<TraceEvent>& events() const { return events_; }
 
   // Provenance and run description: backend, world, precision, scenario name, version, commit, host.
@@ -95,14 +117,17 @@ class Trace {
   static Status Decode(const std::map<std::string, std::string>& files, const std::string& where, Trace* out);
 
   static constexpr int64_t kInlineMax = 64;
+  static constexpr int64_t kShareMin = 1024;
 
  private:
   // Write and Encode: every file to `sink` (the .npy files as they are made, index.json last).
   Status EncodeTo(const std::function<Status(const std::string& name, std::string bytes)>& sink) const;
   // Read and Decode once the index is parsed; `load` reads a record's .npy file by its name.
   static Status FromIndex(const nlohmann::json& index, const std::string& path, const NpyLoader& load, Trace* out);
+  // Other ranks' records of key's (step, checkpoint, tensor), distinct values only (taken under mu_).
+  std::vector<std::shared_ptr<const Tensor>> Twins(const TraceKey& key) const;
   mutable std::mutex mu_;
-  std::map<TraceKey, Tensor> records_;
+  std::map<TraceKey, SharedTensor> records_;
   std::vector<TraceEvent> events_;
 };
 

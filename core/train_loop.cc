@@ -114,6 +114,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
 Status RunRank(const Scenario& s, int rank, Replica* replica, Communicator* comm, const RankRunOptions& opts) {
   SetThreadRank(rank, s.world);
   StepRecorder rec(opts.trace, replica, rank);
+  rec.set_bucket_contents(opts.bucket_contents);
   Status st = RunSteps(s, rank, replica, comm, &rec, opts);
   if (!st.ok()) {
     const char* kind = st.code() == Code::kTimeout ? "timeout" : st.code() == Code::kMismatch ? "ddp_error" : "error";

@@ -16,6 +16,9 @@ namespace ddpcheck::core {
 
 struct RankRunOptions {
   Trace* trace = nullptr;  // nullptr: record nothing (benchmarks)
+  // Each bucket's flattened content before the all-reduce ("bucket<b>"): what a written trace shows; the check
+  // itself reads the layouts ("bucket<b>.params") and the local gradients the content is made of.
+  bool bucket_contents = true;
   std::function<void(int64_t step, int64_t steps)> on_step;  // after each optimizer step (progress); may be empty
 };
 

@@ -95,6 +95,7 @@ core::Status CheckAsRank(core::Scenario s, const CheckOptions& opts, int rank, c
   so.run_id = opts.run_id;
   so.gloo_host = opts.gloo_host;
   so.progress = opts.progress;
+  so.record_bucket_contents = !opts.dump_trace.empty();  // only a written trace shows them
   std::shared_ptr<gloo::rendezvous::Store> store;
   DDPCHECK_RETURN_IF_ERROR(sim::OpenStore(store_url, so.timeout, &store));
   core::Trace mine;

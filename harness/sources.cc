@@ -52,6 +52,7 @@ core::Status Produce(const Source& src, const core::Scenario* s, const CheckOpti
       so.run_id = opts.run_id;
       so.gloo_host = opts.gloo_host;
       so.progress = opts.progress;
+      so.record_bucket_contents = !opts.dump_trace.empty();  // only a written trace shows them
       out->name = "sim (" + opts.comm + ")";
       out->provenance["backend"] = "sim/" + opts.comm;
       core::Status finding;  // also recorded as the trace's events, which Compare reads

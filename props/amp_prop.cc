@@ -91,15 +91,15 @@ RC_GTEST_PROP(Amp, WithoutOverflowUnscaledGradsEqualTheFp32ReferenceWithinTheDer
   double max_ref = 0;
   for (const auto& [key, v] : want.records()) {
     if (key.step != 0 || key.checkpoint != Checkpoint::kReduced) continue;
-    for (double x : v.data) max_ref = std::max(max_ref, std::abs(x));
+    for (double x : v->data) max_ref = std::max(max_ref, std::abs(x));
   }
   const double budget = policy.Budget(Checkpoint::kUnscaled, 0, max_ref);
   for (const auto& [key, v] : want.records()) {
     if (key.step != 0 || key.checkpoint != Checkpoint::kReduced) continue;
     const core::Tensor* g = got.Find({0, Checkpoint::kUnscaled, key.tensor, kAllRanks});
     RC_ASSERT(g != nullptr);
-    for (size_t i = 0; i < v.data.size(); ++i) {
-      RC_ASSERT(std::abs(g->data[i] - v.data[i]) <= budget);
+    for (size_t i = 0; i < v->data.size(); ++i) {
+      RC_ASSERT(std::abs(g->data[i] - v->data[i]) <= budget);
     }
   }
 }

@@ -22,6 +22,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct LayerCache {
   M in, ein;    // the layer's input and its bound
   M out, eout;  // its output and bound
+  M absW;       // Linear: |W| of the weight its product used (the backward's too)
   // BatchNorm1d: xhat and the inverse standard deviation (with bounds), and whether batch stats were used.
   M xhat, exhat;
   RV invstd, einv;
@@ -64,6 +65,22 @@ void GradRoundedToLow(core::DType low, M* v, M* e) {
 // op(a) op(b) for row-major a, b: through the BLAS for large products (reference/blas.h), else Eigen. Bounds
 // and values here are float64 sums of non-negative terms or the replay's own values: any summation order will do.
 // An operand that is an expression is evaluated into a temporary by Ref; a matrix or a whole Map is used as is.
+// c = op(a) op(b) + beta c (beta 0 or 1), c already sized.
+void MulInto(const Eigen::Ref<const M>& a, bool ta, const Eigen::Ref<const M>& b, bool tb, double beta, Eigen::Map<M> c) {
+  const Eigen::Index m = ta ? a.cols() : a.rows(), k = ta ? a.rows() : a.cols(), n = tb ? b.rows() : b.cols();
+  if (BlasGemm(ta, tb, m, n, k, a.data(), a.outerStride(), b.data(), b.outerStride(), beta, c.data())) return;
+  M p(m, n);
+  if (ta && tb) p.noalias() = a.transpose() * b.transpose();
+  if (ta && !tb) p.noalias() = a.transpose() * b;
+  if (!ta && tb) p.noalias() = a * b.transpose();
+  if (!ta && !tb) p.noalias() = a * b;
+  if (beta == 0) {
+    c = p;
+  } else {
+    c += p;
+  }
+}
+
 M Mul(const Eigen::Ref<const M>& a, bool ta, const Eigen::Ref<const M>& b, bool tb) {
   const Eigen::Index m = ta ? a.cols() : a.rows(), k = ta ? a.rows() : a.cols(), n = tb ? b.rows() : b.cols();
   M c(m, n);
@@ -337,10 +354,14 @@ void BatchNormLayerForward(const BN& bn, const Model<double>& m, int pb, int bb,
 
 // A Linear's weight as its forward and backward use it: under autocast cast to the low type (exact: the
 // recorded float weight rounds the same way in the run).
-M LinearWeight(const Model<double>& m, const Linear<double>& lin, int pb) {
-  M W = Eigen::Map<const M>(m.param_data(pb), lin.out_features(), lin.in_features());
-  if (m.autocast()) RoundInPlace(&W, *m.autocast());
-  return W;
+// A Linear's weight as its product uses it: the parameter itself, or under autocast its rounding to the low
+// type (made in *low).
+Eigen::Map<const M> LinearWeight(const Model<double>& m, const Linear<double>& lin, int pb, M* low) {
+  const Eigen::Map<const M> W(m.param_data(pb), lin.out_features(), lin.in_features());
+  if (!m.autocast()) return W;
+  *low = W;
+  RoundInPlace(low, *m.autocast());
+  return Eigen::Map<const M>(low->data(), low->rows(), low->cols());
 }
 
 // Under autocast, layer i's output rounded to the low type (RoundedToLow) against the replay's own rounding of
@@ -359,11 +380,12 @@ bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, Layer
     if (m.autocast() && !c->in_low) RoundedToLow(*m.autocast(), nullptr, &c->in, &c->ein);
     const M& h = c->in;
     const M& e = c->ein;
-    const M W = LinearWeight(m, *lin, pb);
-    const M absW = W.cwiseAbs();
+    M low;
+    const Eigen::Map<const M> W = LinearWeight(m, *lin, pb, &low);
+    c->absW = W.cwiseAbs();
     c->out = Mul(h, false, W, true);
     // e |W|^T + g |h| |W|^T as one product.
-    c->eout = Mul(M(e + Gamma(static_cast<double>(lin->in_features() + 1), u) * Abs(h)), false, absW, true);
+    c->eout = Mul(M(e + Gamma(static_cast<double>(lin->in_features() + 1), u) * Abs(h)), false, c->absW, true);
     if (lin->has_bias()) {
       RV b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
       if (m.autocast()) b = RoundToLow(b, *m.autocast());
@@ -451,7 +473,8 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
   const auto& layer = m.layer(i);
   M dx, edx;
   if (const auto* lin = std::get_if<Linear<double>>(&layer)) {
-    const M W = LinearWeight(m, *lin, pb);
+    M low_w;
+    const Eigen::Map<const M> W = LinearWeight(m, *lin, pb, &low_w);
     const double B = static_cast<double>(d->rows());
     // Under autocast dY, dX and dW are products of low-valued operands rounded to the low type. Their
     // accumulation is bounded as if it ran in the low type itself (torch 1.13's CPU fallback accumulates dX
@@ -465,16 +488,26 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
     // Each of the n products and sums in the low type may underflow: n + 2 times its absolute error.
     const double eta = low ? LowUnderflow(*low) : 0.0;
     // e(dy)^T |x| + |dy|^T e(x) + e(dy)^T e(x) + g(B) |dy|^T |x| as two products.
-    M edW = Mul(M(*ed + gB * Abs(*d)), true, Abs(c.in), false) + Mul(M(Abs(*d) + *ed), true, c.ein, false);
-    edW.array() += (B + 2) * eta;
-    r->grad[static_cast<size_t>(pb)].assign(edW.data(), edW.data() + edW.size());
+    // (written straight into the gradient's bound: a weight's size each)
+    auto& gw = r->grad[static_cast<size_t>(pb)];
+    gw.resize(static_cast<size_t>(lin->out_features() * lin->in_features()));
+    Eigen::Map<M> edW(gw.data(), lin->out_features(), lin->in_features());
+    MulInto(M(*ed + gB * Abs(*d)), true, Abs(c.in), false, 0.0, edW);
+    MulInto(M(Abs(*d) + *ed), true, c.ein, false, 1.0, edW);
+    if (eta != 0) edW.array() += (B + 2) * eta;
     if (lin->has_bias()) {
       RV edb = ed->colwise().sum() + gB * Abs(*d).colwise().sum();
       edb.array() += (B + 2) * eta;
       r->grad[static_cast<size_t>(pb + 1)].assign(edb.data(), edb.data() + edb.size());
     }
+    if (i == 0) {  // the model's input has no gradient to bound
+      *d = M();
+      *ed = M();
+      return;
+    }
     dx = Mul(*d, false, W, false);
-    edx = Mul(M(*ed + gOut * Abs(*d)), false, M(W.cwiseAbs()), false);
+    const M absW = c.absW.size() ? M() : M(W.cwiseAbs());  // the forward's, unless it had none
+    edx = Mul(M(*ed + gOut * Abs(*d)), false, c.absW.size() ? c.absW : absW, false);
     if (low) {
       RoundInPlace(&dx, *low);
       edx.array() += (static_cast<double>(lin->out_features()) + 2) * eta;

@@ -112,6 +112,7 @@ class Model {
   // given keep their values. Fails, changing nothing, on an unknown name or a shape that differs from the
   // model's ("LoadValues: 0.weight: shape (10, 8) does not match the model's (16, 8)").
   core::Status LoadValues(const std::map<std::string, core::Tensor>& values);
+  core::Status LoadValues(const std::map<std::string, const core::Tensor*>& values);  // the same, not copied
 
   // ---- training ----
   // Ok when Forward(x, y) may run: x is (B, widths().in) with B >= 1 (B >= 2 when a BatchNorm uses batch

@@ -119,10 +119,18 @@ void Model<T>::InitFromSeed(uint64_t seed, bool exact) {
 
 template <class T>
 core::Status Model<T>::LoadValues(const std::map<std::string, core::Tensor>& values) {
+  std::map<std::string, const core::Tensor*> refs;
+  for (const auto& [name, t] : values) refs[name] = &t;
+  return LoadValues(refs);
+}
+
+template <class T>
+core::Status Model<T>::LoadValues(const std::map<std::string, const core::Tensor*>& values) {
   std::string known;
   for (const auto& info : param_infos_) known += (known.empty() ? "" : ", ") + info.name;
   for (const auto& info : buffer_infos_) known += (known.empty() ? "" : ", ") + info.name;
-  for (const auto& [name, t] : values) {
+  for (const auto& [name, tp] : values) {
+    const core::Tensor& t = *tp;
     const int p = param_index(name), b = buffer_index(name);
     if (p < 0 && b < 0) {
       return core::Status::NotFound(
@@ -138,7 +146,7 @@ core::Status Model<T>::LoadValues(const std::map<std::string, core::Tensor>& val
   for (const auto& [name, t] : values) {
     const int p = param_index(name);
     T* dst = p >= 0 ? param_data(p) : buffer_data(buffer_index(name));
-    for (size_t k = 0; k < t.data.size(); ++k) dst[k] = static_cast<T>(t.data[k]);
+    for (size_t k = 0; k < t->data.size(); ++k) dst[k] = static_cast<T>(t->data[k]);
   }
   return core::Status::Ok();
 }

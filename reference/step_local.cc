@@ -32,8 +32,8 @@ const Tensor* Recorded(const core::Trace& t, int64_t step, Checkpoint c, const s
   return t.Find({step, c, name, 0});
 }
 
-Tensor AsTensor(const std::vector<double>& v, const std::vector<int64_t>& shape) {
-  return Tensor(core::DType::kFloat64, shape, v);
+Tensor AsTensor(std::vector<double> v, const std::vector<int64_t>& shape) {
+  return Tensor(core::DType::kFloat64, shape, std::move(v));
 }
 
 // One rank's model and micro-batch, kept for a group analysis.
@@ -84,16 +84,16 @@ class Replayer {
     if (on_step_start_) on_step_start_(step);
     sb_ = std::make_unique<StepBounds>();
     const int64_t prev = step - 1;
-    std::map<std::string, Tensor> vals;
+    std::map<std::string, const Tensor*> vals;
     for (const auto& info : m->param_infos()) {
       const Tensor* t = step == 0 ? Recorded(rec_, 0, Checkpoint::kInit, info.name)
                                   : Recorded(rec_, prev, Checkpoint::kParams, info.name);
-      if (t) vals[info.name] = *t;
+      if (t) vals[info.name] = t;
     }
     for (const auto& info : m->buffer_infos()) {
       const Tensor* t = step == 0 ? Recorded(rec_, 0, Checkpoint::kInit, info.name)
                                   : Recorded(rec_, prev, Checkpoint::kBuffers, info.name);
-      if (t) vals[info.name] = *t;
+      if (t) vals[info.name] = t;
     }
     DDPCHECK_RETURN_IF_ERROR(m->LoadValues(vals).Prefixed(fmt::format("step-local replay, step {}", step)));
     for (int p = 0; p < m->num_params(); ++p) {
@@ -164,7 +164,7 @@ class Replayer {
       sb_->ok = false;
       return;
     }
-    Accumulate(rank, micro, w, mb);
+    Accumulate(rank, micro, w, std::move(mb));
   }
 
   static bool Synchronises(const Model<double>& w) {
@@ -191,13 +191,13 @@ class Replayer {
         break;
       }
       size_t j = 0;
-      for (const auto& [rank, st] : ranks) Accumulate(rank, micro, st.model, mbs[j++]);
+      for (const auto& [rank, st] : ranks) Accumulate(rank, micro, st.model, std::move(mbs[j++]));
     }
     sb_->group.clear();
   }
 
   // Adds one micro-batch's bounds to rank's accumulated ones (sb_->mu held or single-threaded).
-  void Accumulate(int rank, int64_t micro, const Model<double>& w, const MicroBatchBounds& mb) {
+  void Accumulate(int rank, int64_t micro, const Model<double>& w, MicroBatchBounds mb) {
     auto& g = sb_->grad[rank];
     auto& gv = sb_->gval[rank];
     g.resize(static_cast<size_t>(w.num_params()));
@@ -207,6 +207,10 @@ class Replayer {
       if (!w.grad_defined(p)) continue;
       const int64_t n = w.param_info(p).numel();
       gv[pi].assign(w.grad_data(p), w.grad_data(p) + n);
+      if (micro == 0 && g[pi].empty() && mb.grad[pi].size() == static_cast<size_t>(n)) {
+        g[pi] = std::move(mb.grad[pi]);  // 0 + the first micro-batch's bound
+        continue;
+      }
       if (g[pi].empty()) g[pi].assign(static_cast<size_t>(n), 0.0);
       if (mb.grad[pi].empty()) continue;
       // autograd's += of this micro-batch's grad: one more rounding of the sum.
@@ -246,23 +250,24 @@ class Replayer {
       const auto& shape = m.param_info(p).shape;
       // The all-reduce: a sum over the W ranks' grads (any order: g(W) of the summed magnitudes), divided by W.
       std::vector<double> e(static_cast<size_t>(n), 0.0), mag(static_cast<size_t>(n), 0.0);
-      for (const auto& [rank, eg] : sb_->grad) {
+      for (auto& [rank, eg] : sb_->grad) {
         if (pi >= eg.size() || eg[pi].empty()) continue;
-        bounds_->Add({step, Checkpoint::kLocalGrad, m.param_info(p).name, rank}, AsTensor(eg[pi], shape));
         const auto& gv = sb_->gval[rank][pi];
         for (size_t k = 0; k < e.size(); ++k) {
           e[k] += eg[pi][k] / W;
           mag[k] += std::abs(gv[k]) / W;
         }
+        bounds_->Add({step, Checkpoint::kLocalGrad, m.param_info(p).name, rank}, AsTensor(std::move(eg[pi]), shape));
       }
       // With a GradScaler the master's grad is already unscaled: the reduced one is it times the scale, and the
       // unscaled one (what the optimizer reads) the reduced one times 1/scale, one more rounding.
       const double* g = m.grad_data(p);
       for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]) * loss_scale_;
-      bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
+      // (each bound is moved into bounds_ once nothing reads it: these are the model's size each)
+      std::vector<double> reduced;
       if (scaled_) {
+        reduced = e;
         for (size_t k = 0; k < e.size(); ++k) e[k] = e[k] * inv_scale_ + u_ * std::abs(g[k]);
-        bounds_->Add({step, Checkpoint::kUnscaled, m.param_info(p).name, core::kAllRanks}, AsTensor(e, shape));
       }
       std::vector<double> ep;
       std::map<std::string, std::vector<double>> estate;
@@ -270,12 +275,18 @@ class Replayer {
                            &ep, &estate);
       NanToInf(&ep);
       for (auto& [state, es] : estate) NanToInf(&es);
-      state_err_[m.param_info(p).name] = estate;
-      bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks}, AsTensor(ep, shape));
+      if (scaled_) {
+        bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(std::move(reduced), shape));
+        bounds_->Add({step, Checkpoint::kUnscaled, m.param_info(p).name, core::kAllRanks}, AsTensor(std::move(e), shape));
+      } else {
+        bounds_->Add({step, Checkpoint::kReduced, m.param_info(p).name, core::kAllRanks}, AsTensor(std::move(e), shape));
+      }
+      bounds_->Add({step, Checkpoint::kParams, m.param_info(p).name, core::kAllRanks}, AsTensor(std::move(ep), shape));
       for (const auto& [state, es] : estate) {
         bounds_->Add({step, Checkpoint::kParams, "opt." + state + "." + m.param_info(p).name, core::kAllRanks},
                      AsTensor(es, shape));
       }
+      state_err_[m.param_info(p).name] = std::move(estate);
     }
     // Parameters without a gradient keep their value exactly.
     for (int p = 0; p < m.num_params(); ++p) {

@@ -14,6 +14,7 @@ class CpuMemory final : public core::DeviceMemory {
   void CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) override;
   void Fill(core::Span dst, double value) override;
   core::Tensor ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const override;
+  bool SameAsHost(core::ConstSpan src, const core::Tensor& host) const override;
   void FromHost(const core::Tensor& src, core::Span dst) override;
 
  private:

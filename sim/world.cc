@@ -20,10 +20,12 @@ namespace {
 
 // Runs one rank to the end, turning exceptions into statuses so a rank thread never takes the process down.
 core::Status GuardedRank(const core::Scenario& s, int rank, core::Replica* replica, core::Communicator* comm,
-                         core::Trace* trace, std::function<void(int64_t, int64_t)> on_step = nullptr) {
+                         core::Trace* trace, bool bucket_contents,
+                         std::function<void(int64_t, int64_t)> on_step = nullptr) {
   try {
     core::RankRunOptions opts;
     opts.trace = trace;
+    opts.bucket_contents = bucket_contents;
     opts.on_step = std::move(on_step);
     return core::RunRank(s, rank, replica, comm, opts);
   } catch (const std::exception& e) {
@@ -89,7 +91,7 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         comm.SetTimeout(opts.timeout);
         comm.SetVerifyFingerprints(opts.verify_fingerprints);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), &comm, trace,
-                                                    r == 0 ? opts.progress : nullptr);
+                                                    opts.record_bucket_contents, r == 0 ? opts.progress : nullptr);
       });
     }
   } else if (opts.comm == "gloo") {
@@ -105,7 +107,7 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         comm->SetVerifyFingerprints(opts.verify_fingerprints);
         comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace,
-                                                    r == 0 ? opts.progress : nullptr);
+                                                    opts.record_bucket_contents, r == 0 ? opts.progress : nullptr);
         if (!results[static_cast<size_t>(r)].ok()) comm.reset();
       });
     }
@@ -138,10 +140,11 @@ core::Status RunSimRank(const core::Scenario& s, const SimOptions& options, int 
     comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
     auto die = TestDieHook(rank);
     auto progress = rank == 0 ? opts.progress : nullptr;
-    st = GuardedRank(s, rank, replica.get(), comm.get(), trace, [die, progress](int64_t done, int64_t total) {
-      if (die) die(done, total);
-      if (progress) progress(done, total);
-    });
+    st = GuardedRank(s, rank, replica.get(), comm.get(), trace, opts.record_bucket_contents,
+                     [die, progress](int64_t done, int64_t total) {
+                       if (die) die(done, total);
+                       if (progress) progress(done, total);
+                     });
     comm->FinishRun(/*wait_for_peers=*/st.ok());
   } else if (trace) {
     trace->AddEvent(

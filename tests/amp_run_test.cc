@@ -104,7 +104,7 @@ TEST(AmpRun, ClippingAfterUnscaleBoundsTheUnscaledGradNormAndPasses) {
     double sq = 0;
     for (const auto& [key, v] : ref.records()) {
       if (key.step != k || key.checkpoint != Checkpoint::kUnscaled) continue;
-      for (double x : v.data) sq += x * x;
+      for (double x : v->data) sq += x * x;
     }
     // clip_grad_norm_ scales by max_norm / (norm + 1e-6) in fp32: the result is max_norm to fp32 accuracy.
     EXPECT_LE(std::sqrt(sq), 0.05 * (1 + 1e-5)) << "step " << k;
@@ -171,7 +171,7 @@ TEST(AmpRun, AnInfOnOneRanksLocalGradReachesEveryRankThroughGlooSum) {
     bool non_finite = false;
     for (const auto& [key, v] : got.records()) {
       if (key.step != 1 || key.checkpoint != Checkpoint::kReduced || key.rank != r) continue;
-      for (double x : v.data) non_finite |= !std::isfinite(x);
+      for (double x : v->data) non_finite |= !std::isfinite(x);
     }
     EXPECT_TRUE(non_finite) << "rank " << r;
   }

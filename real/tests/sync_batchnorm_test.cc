@@ -120,15 +120,15 @@ TEST(GpuSyncBatchNorm, GatheredStatisticsMatchTheCpuWorlds) {
     if (key.tensor.find(".gathered_stats") == std::string::npos) continue;
     const core::Tensor* g = gpu.Find(key);
     ASSERT_NE(g, nullptr) << key.tensor << " step " << key.step << " rank " << key.rank;
-    ASSERT_EQ(g->shape, t.shape) << key.tensor;
-    const int64_t stride = t.shape[1];
-    for (size_t i = 0; i < t.data.size(); ++i) {
+    ASSERT_EQ(g->shape, t->shape) << key.tensor;
+    const int64_t stride = t->shape[1];
+    for (size_t i = 0; i < t->data.size(); ++i) {
       const bool count = static_cast<int64_t>(i) % stride == stride - 1;
       if (count) {
-        EXPECT_EQ(g->data[i], t.data[i]) << key.tensor << " [" << i << "]";
+        EXPECT_EQ(g->data[i], t->data[i]) << key.tensor << " [" << i << "]";
       } else {
-        const double tol = 1e-9 * std::max(1.0, std::abs(t.data[i]));
-        EXPECT_NEAR(g->data[i], t.data[i], tol) << key.tensor << " [" << i << "]";
+        const double tol = 1e-9 * std::max(1.0, std::abs(t->data[i]));
+        EXPECT_NEAR(g->data[i], t->data[i], tol) << key.tensor << " [" << i << "]";
       }
     }
     ++compared;

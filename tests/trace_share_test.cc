@@ -1,0 +1,167 @@
+// Records of different ranks holding bitwise the same values share one copy (core/trace.h SharedTensor): in
+// the trace a run records, in a trace written and read back, and in the CPU world's recorder, which compares
+// a replica's memory in place before copying it. Sharing never hides a difference: a rank whose value differs
+// in one bit keeps its own copy and CheckRankInvariants names it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "core/compare.h"
+#include "core/train_loop.h"
+#include "core/scenario.h"
+#include "core/trace.h"
+#include "sim/memory_cpu.h"
+#include "sim/world.h"
+#include "tests/test_util.h"
+
+namespace ddpcheck {
+namespace {
+
+using core::Checkpoint;
+using core::DType;
+using core::Tensor;
+using core::Trace;
+using core::TraceKey;
+
+Tensor Ramp(int64_t n, double scale = 1.0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = scale * (static_cast<double>(i) * 0.25 - 3.0);
+  return Tensor(DType::kFloat32, {n}, std::move(v));
+}
+
+TraceKey Key(int rank, Checkpoint c = Checkpoint::kParams) { return {2, c, "0.weight", rank}; }
+
+TEST(TraceShare, EqualValuesOfRanksShareOneCopyAndUnequalOnesDoNot) {
+  Trace t;
+  const int64_t n = Trace::kShareMin;
+  t.Add(Key(0), Ramp(n));
+  t.Add(Key(1), Ramp(n));
+  Tensor off = Ramp(n);
+  off.data[static_cast<size_t>(n - 1)] = std::nextafter(off.data[static_cast<size_t>(n - 1)], 1e9);  // one ulp, last element
+  t.Add(Key(2), off);
+  Tensor neg_zero = Ramp(n);
+  neg_zero.data[12] = -0.0;  // Ramp's element 12 is +0.0: equal as numbers, not bitwise
+  t.Add(Key(3), neg_zero);
+  EXPECT_EQ(t.Find(Key(0)), t.Find(Key(1)));
+  EXPECT_NE(t.Find(Key(0)), t.Find(Key(2)));
+  EXPECT_NE(t.Find(Key(0)), t.Find(Key(3)));
+  EXPECT_TRUE(core::BitwiseEqual(*t.Find(Key(2)), off));
+  EXPECT_TRUE(std::signbit(t.Find(Key(3))->data[12]));
+
+  // Another checkpoint, another step or another dtype never shares.
+  t.Add(Key(1, Checkpoint::kReduced), Ramp(n));
+  EXPECT_NE(t.Find(Key(1, Checkpoint::kReduced)), t.Find(Key(0)));
+  Tensor as64 = Ramp(n);
+  as64.dtype = DType::kFloat64;
+  t.Add({3, Checkpoint::kParams, "0.weight", 4}, as64);
+  t.Add({2, Checkpoint::kParams, "0.weight", 5}, as64);
+  EXPECT_NE(t.Find({2, Checkpoint::kParams, "0.weight", 5}), t.Find(Key(0)));
+
+  // The rank invariants (equal values: -0.0 == +0.0, whatever the dtype) name the one-ulp rank, and only it.
+  const core::CompareResult r = core::CheckRankInvariants(t);
+  ASSERT_FALSE(r.pass);
+  std::set<int> named;
+  for (const auto& m : r.mismatches) named.insert(m.key.rank);
+  EXPECT_EQ(named, (std::set<int>{2}));
+}
+
+TEST(TraceShare, SmallValuesAreCopiedNotCompared) {
+  Trace t;
+  t.Add(Key(0), Ramp(8));
+  t.Add(Key(1), Ramp(8));
+  EXPECT_NE(t.Find(Key(0)), t.Find(Key(1)));
+  EXPECT_TRUE(core::BitwiseEqual(*t.Find(Key(0)), *t.Find(Key(1))));
+}
+
+TEST(TraceShare, AWrittenTraceStoresASharedValueOnceAndReadsItBackShared) {
+  Trace t;
+  const int64_t n = 4 * Trace::kShareMin;
+  for (int r = 0; r < 4; ++r) t.Add(Key(r), Ramp(n));
+  t.Add(Key(0, Checkpoint::kLocalGrad), Ramp(n, 2.0));
+  t.Add(Key(1, Checkpoint::kLocalGrad), Ramp(n, 3.0));
+  testing::TempDir dir;
+  ASSERT_TRUE(t.Write(dir.path()).ok());
+  int npy = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) npy += e.path().extension() == ".npy";
+  EXPECT_EQ(npy, 3);  // the parameter once, two different local gradients
+  Trace back;
+  ASSERT_TRUE(Trace::Read(dir.path(), &back).ok());
+  ASSERT_EQ(back.records().size(), t.records().size());
+  for (const auto& [key, v] : t.records()) {
+    ASSERT_NE(back.Find(key), nullptr) << key.ToString();
+    EXPECT_TRUE(core::BitwiseEqual(*back.Find(key), *v)) << key.ToString();
+  }
+  EXPECT_EQ(back.Find(Key(0)), back.Find(Key(3)));
+  EXPECT_NE(back.Find({2, Checkpoint::kLocalGrad, "0.weight", 0}), back.Find({2, Checkpoint::kLocalGrad, "0.weight", 1}));
+  // A copy of a trace shares its values (nothing of a large model is copied).
+  Trace copy = back;
+  EXPECT_EQ(copy.Find(Key(2)), back.Find(Key(2)));
+}
+
+TEST(TraceShare, HostMemoryComparesInPlaceBitForBit) {
+  sim::CpuMemory mem;
+  const int64_t n = 2000;
+  core::Span f = mem.Allocate(n, DType::kFloat32);
+  auto* p = static_cast<float*>(f.data);
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  p[100] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor host = mem.ToHost(f, {n});
+  EXPECT_TRUE(mem.SameAsHost(f, host));
+  Tensor other = host;
+  other.data[1999] = std::nextafter(other.data[1999], 0.0);
+  EXPECT_FALSE(mem.SameAsHost(f, other));
+  other = host;
+  other.data[14] = -0.0;  // p[14] is +0.0
+  EXPECT_FALSE(mem.SameAsHost(f, other));
+  other = host;
+  other.dtype = DType::kFloat64;
+  EXPECT_FALSE(mem.SameAsHost(f, other));
+}
+
+core::Scenario SmallMlp(int world) {
+  core::Scenario s;
+  const std::string spec = R"({"name": "share", "world": )" + std::to_string(world) + R"(, "batch_size": 4,
+    "model": [{"type": "linear", "in": 48, "out": 48}, {"type": "relu"}, {"type": "linear", "in": 48, "out": 4}],
+    "loss": "mse", "data": {"kind": "regression", "samples": 64, "seed": 3}, "precision": "fp32", "steps": 3,
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}})";
+  EXPECT_TRUE(core::ParseScenario(nlohmann::json::parse(spec), "test", ".", &s).ok());
+  EXPECT_TRUE(core::ValidateScenario(s).ok());
+  EXPECT_TRUE(core::MaterializeData(&s).ok());
+  return s;
+}
+
+TEST(TraceShare, TheCpuWorldRecordsDdpsEqualValuesOnceAndBucketContentsOnRequest) {
+  for (const bool contents : {false, true}) {
+    const core::Scenario s = SmallMlp(3);
+    sim::SimOptions so;
+    so.comm = "local";
+    so.record_bucket_contents = contents;
+    Trace t;
+    ASSERT_TRUE(sim::RunSim(s, so, &t).ok());
+    int shared = 0, own = 0;
+    for (const auto& [key, v] : t.records()) {
+      if (key.rank <= 0 || v->numel() < Trace::kShareMin) continue;
+      const Tensor* r0 = t.Find({key.step, key.checkpoint, key.tensor, 0});
+      ASSERT_NE(r0, nullptr) << key.ToString();
+      if (key.checkpoint == Checkpoint::kParams || key.checkpoint == Checkpoint::kReduced ||
+          key.checkpoint == Checkpoint::kInit) {
+        EXPECT_EQ(v.get(), r0) << key.ToString();  // DDP made them equal: one copy
+        ++shared;
+      } else if (key.checkpoint == Checkpoint::kLocalGrad) {
+        EXPECT_NE(v.get(), r0) << key.ToString();  // each rank's own shard
+        ++own;
+      }
+    }
+    EXPECT_GT(shared, 0);
+    EXPECT_GT(own, 0);
+    // The layouts always; the contents only when asked (a written trace).
+    EXPECT_NE(t.Find({0, Checkpoint::kBucket, "bucket0.params", 1}), nullptr);
+    EXPECT_EQ(t.Find({0, Checkpoint::kBucket, "bucket0", 1}) != nullptr, contents);
+    EXPECT_TRUE(core::CheckRankInvariants(t).pass);
+  }
+}
+
+}  // namespace
+}  // namespace ddpcheck
