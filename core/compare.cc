@@ -52,6 +52,70 @@ int64_t OrderedBits(double v, DType dtype) {
 }
 
 
+// CompareTensor's figures for element-wise bounds. Each lane keeps its own maxima (combined at the end, in
+// any order: max and min are exact), and each element's figures are selected, not branched to, so the loop
+// vectorises; the values are those of CompareTensor's general loop.
+struct BoundedStats {
+  int64_t bad = 0;
+  double max_abs = 0, max_rel = 0, max_ulps = 0, max_budget = 0, sensitivity = INFINITY;
+};
+
+template <typename Bits, typename Narrow>
+BoundedStats BoundedPassAs(const double* g, const double* w, const double* e, int64_t n) {
+  constexpr int kLanes = 8;
+  double mabs[kLanes] = {}, mrel[kLanes] = {}, mulp[kLanes] = {}, mbud[kLanes] = {};
+  double sens[kLanes];
+  int64_t nbad[kLanes] = {};
+  for (double& v : sens) v = INFINITY;
+  auto one = [&](int j, double gi, double wi, double ei) {
+    const bool both_nan = gi != gi && wi != wi;
+    double a = std::abs(gi - wi);
+    a = both_nan || gi == wi ? 0.0 : a;
+    a = a != a ? INFINITY : a;
+    const double b = kBoundSafety * ei;
+    nbad[j] += !(a <= b);
+    mbud[j] = mbud[j] < b ? b : mbud[j];
+    const double aw = std::abs(wi);
+    const double s = wi != 0 && aw < INFINITY ? 2 * b / aw : INFINITY;
+    sens[j] = s < sens[j] ? s : sens[j];
+    // rel and ulps count where the values differ (a NaN rel, a number against NaN, is no maximum)
+    const double rel = a == 0 ? 0.0 : (wi != 0 ? a / aw : INFINITY);
+    mrel[j] = mrel[j] < rel ? rel : mrel[j];
+    mabs[j] = mabs[j] < a ? a : mabs[j];
+    const auto gn = static_cast<Narrow>(gi), wn = static_cast<Narrow>(wi);
+    Bits x, y;
+    std::memcpy(&x, &gn, sizeof x);
+    std::memcpy(&y, &wn, sizeof y);
+    const int64_t ox = x < 0 ? static_cast<int64_t>(std::numeric_limits<Bits>::min()) - x : static_cast<int64_t>(x);
+    const int64_t oy = y < 0 ? static_cast<int64_t>(std::numeric_limits<Bits>::min()) - y : static_cast<int64_t>(y);
+    const uint64_t d = ox > oy ? static_cast<uint64_t>(ox) - static_cast<uint64_t>(oy)
+                               : static_cast<uint64_t>(oy) - static_cast<uint64_t>(ox);
+    const bool finite = std::abs(gi) < INFINITY && std::abs(wi) < INFINITY;
+    const double ulps = a == 0 ? 0.0 : (finite ? static_cast<double>(d) : INFINITY);
+    mulp[j] = mulp[j] < ulps ? ulps : mulp[j];
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) one(j, g[i + j], w[i + j], e[i + j]);
+  }
+  for (; i < n; ++i) one(0, g[i], w[i], e[i]);
+  BoundedStats st;
+  for (int j = 0; j < kLanes; ++j) {
+    st.bad += nbad[j];
+    st.max_abs = std::max(st.max_abs, mabs[j]);
+    st.max_rel = std::max(st.max_rel, mrel[j]);
+    st.max_ulps = std::max(st.max_ulps, mulp[j]);
+    st.max_budget = std::max(st.max_budget, mbud[j]);
+    st.sensitivity = std::min(st.sensitivity, sens[j]);
+  }
+  return st;
+}
+
+BoundedStats BoundedPass(const double* g, const double* w, const double* e, int64_t n, DType dt) {
+  if (dt == DType::kFloat64) return BoundedPassAs<int64_t, double>(g, w, e, n);
+  return BoundedPassAs<int32_t, float>(g, w, e, n);
+}
+
 // Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`, or, with
 // `elem` (want's numel bounds), beyond kBoundSafety * elem[i] per element.
 template <typename BudgetFn>
@@ -65,15 +129,41 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
     m.bad_elements = want.numel();
     return m;
   }
-  double scale = 0;
-  for (double w : want.data) scale = std::max(scale, std::abs(w));
   if (elem && static_cast<int64_t>(elem->size()) != want.numel()) elem = nullptr;
+  double scale = 0;
+  if (!exact && !elem) {
+    for (double w : want.data) scale = std::max(scale, std::abs(w));
+  }
   const double budget = exact || elem ? 0.0 : budget_for(scale);
   const DType dt = IsFloating(want.dtype) ? want.dtype : DType::kFloat64;
   int64_t bad = 0, worst = -1;
   double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
   double max_budget = budget, sensitivity = INFINITY;
-  for (int64_t i = 0; i < want.numel(); ++i) {
+  if (elem && !exact) {
+    // Element-wise bounds (the step-local replay's, on tensors of a model's size): the same figures as the
+    // loop below, in a pass without branches that the compiler vectorises, and the worst element looked for
+    // only when there is one.
+    BoundedStats st = BoundedPass(got.data.data(), want.data.data(), elem->data(), want.numel(), dt);
+    bad = st.bad;
+    max_abs = st.max_abs;
+    max_rel = st.max_rel;
+    max_ulps = st.max_ulps;
+    max_budget = std::max(max_budget, st.max_budget);
+    sensitivity = st.sensitivity;
+  }
+  for (int64_t i = 0; i < want.numel() && !(elem && !exact && bad == 0); ++i) {
+    if (elem && !exact) {  // the worst excess, as the loop below finds it
+      const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
+      double abs_err = (std::isnan(g) && std::isnan(w)) || g == w ? 0.0 : std::abs(g - w);
+      if (std::isnan(abs_err)) abs_err = INFINITY;
+      const double b = kBoundSafety * (*elem)[static_cast<size_t>(i)];
+      if (!(abs_err <= b) && abs_err - b > worst_excess) {
+        worst_excess = abs_err - b;
+        worst = i;
+        worst_budget = b;
+      }
+      continue;
+    }
     const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
     const bool both_nan = std::isnan(g) && std::isnan(w);
     double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);  // equal infinities (AMP overflow) match
@@ -268,6 +358,31 @@ void CompareResult::Merge(const CompareResult& other) {
   std::sort(mismatches.begin(), mismatches.end(), [](const Mismatch& a, const Mismatch& b) { return a.key < b.key; });
 }
 
+std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want,
+                                                                 std::map<const Tensor*, double>* own) {
+  struct Scale {
+    const TraceKey* key;
+    const Tensor* value;
+    double finite = 0, all = 0;
+  };
+  std::vector<Scale> scales;
+  for (const auto& [key, value] : want.records()) scales.push_back({&key, value.get()});
+  ParallelFor(static_cast<int64_t>(scales.size()), [&](int64_t i) {
+    Scale& sc = scales[static_cast<size_t>(i)];
+    for (double v : sc.value->data) {
+      if (std::isfinite(v)) sc.finite = std::max(sc.finite, std::abs(v));
+      sc.all = std::max(sc.all, std::abs(v));
+    }
+  });
+  std::map<std::pair<int64_t, Checkpoint>, double> at;
+  for (const Scale& sc : scales) {
+    double& m = at[{sc.key->step, sc.key->checkpoint}];
+    m = std::max(m, sc.finite);
+    if (own) (*own)[sc.value] = sc.all;
+  }
+  return at;
+}
+
 CompareResult CheckRankInvariants(const Trace& trace) {
   CompareResult result;
   // Group records by (step, checkpoint, tensor); compare each rank with the lowest rank present.
@@ -313,13 +428,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   result.derivation = policy.Derivation();
   // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
   // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
-  std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
-  for (const auto& [key, value] : want.records()) {
-    double& sc = scale_at[{key.step, key.checkpoint}];
-    for (double v : value->data) {
-      if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
-    }
-  }
+  const std::map<std::pair<int64_t, Checkpoint>, double> scale_at = ReferenceScales(want);
   // The ranks of a step usually hold bitwise the same tensor (DDP's parameters and reduced gradients): one
   // comparison serves every rank whose tensor equals the one just compared against the same reference value
   // and bound (the same inputs give the same result), which is a memcmp (a pointer compare for a value the

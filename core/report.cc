@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "core/parallel.h"
 #include "core/version.h"
 
 namespace ddpcheck::core {
@@ -42,58 +43,71 @@ double Ratio(double x, double d) { return d > 0 ? x / d : (x > 0 || std::isnan(x
 }  // namespace
 
 void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolicy& policy, RunReport* report) {
-  // The same budget as CompareTraces: it scales with the largest reference magnitude at (step, checkpoint).
-  std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
+  // The same budget as CompareTraces: it scales with the largest reference magnitude at (step, checkpoint),
+  // and with the reference tensor's own (an infinity counts there).
+  std::map<const Tensor*, double> own_scale;
+  std::map<std::pair<int64_t, Checkpoint>, double> scale_at = ReferenceScales(want, &own_scale);
   for (const auto& [key, value] : want.records()) {
-    double& sc = scale_at[{key.step, key.checkpoint}];
-    for (double v : value->data) {
-      if (std::isfinite(v)) sc = std::max(sc, std::abs(v));
-    }
     if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0 && key.rank != kAllRanks &&
         !value->data.empty()) {
       report->reference_loss_by_rank[key.rank][key.step] = value->data[0];
     }
   }
+  // Every figure below grows with the error, so the tensor's largest error gives them all (NaN against NaN
+  // counts as equal, NaN against a number as an infinite error). A rank holding bitwise the tensor the rank
+  // before it held, against the same reference value, has its errors; the distinct ones are measured on every
+  // core.
+  struct Measured {
+    const Tensor *got, *want;
+    size_t computed;  // the measurement whose errors these are (itself unless a repeat)
+    double max_err = 0;
+    bool differs = false;
+  };
+  auto want_of = [&](const TraceKey& key, const Tensor& value) -> const Tensor* {
+    if (key.rank == kAllRanks || key.checkpoint == Checkpoint::kBucket) return nullptr;
+    const Tensor* w = want.Find(key);
+    if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
+    return w && w->shape == value.shape ? w : nullptr;
+  };
+  std::vector<Measured> measured;
+  for (const auto& [key, value] : got.records()) {
+    const Tensor* w = want_of(key, value);
+    if (!w) continue;
+    const Measured* last = measured.empty() ? nullptr : &measured[measured.back().computed];
+    const bool repeat = last && last->want == w && BitwiseEqual(*last->got, value);
+    measured.push_back({value.get(), w, repeat ? measured.back().computed : measured.size()});
+  }
+  ParallelFor(static_cast<int64_t>(measured.size()), [&](int64_t k) {
+    Measured& me = measured[static_cast<size_t>(k)];
+    if (me.computed != static_cast<size_t>(k)) return;
+    const std::vector<double>& g = me.got->data;
+    const std::vector<double>& v = me.want->data;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (std::isnan(g[i]) && std::isnan(v[i])) continue;
+      double err = g[i] == v[i] ? 0.0 : std::abs(g[i] - v[i]);
+      if (std::isnan(err)) err = INFINITY;
+      me.max_err = std::max(me.max_err, err);
+      me.differs = me.differs || g[i] != v[i];
+    }
+  });
   auto& map = report->divergence_map;
-  const Tensor *last_got = nullptr, *last_want = nullptr;
-  double max_err = 0;
-  bool differs = false;
+  size_t next = 0;
   for (const auto& [key, value] : got.records()) {
     if (key.rank == kAllRanks) continue;
     RunReport::Cell& cell = map[key.rank][key.step];
-    if (key.checkpoint == Checkpoint::kBucket) continue;
-    const Tensor* w = want.Find(key);
-    if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
-    if (!w || w->shape != value->shape) continue;
+    const Tensor* w = want_of(key, value);
+    if (!w) continue;
+    const Measured& me = measured[measured[next++].computed];
     const std::string cp = CheckpointName(key.checkpoint);
     RunReport::CheckpointSummary& summary = report->checkpoint_summary[cp];
     RunReport::Cell& rank_cell = report->rank_error[cp][key.rank][key.step];
     const bool floating = IsFloating(w->dtype);
     const bool exact = policy.exact || !floating || key.checkpoint == Checkpoint::kSampler ||
                        key.checkpoint == Checkpoint::kLr || key.checkpoint == Checkpoint::kScaler;
-    double scale = 0;
-    for (double v : w->data) scale = std::max(scale, std::abs(v));
-    scale = std::max(scale, scale_at[{key.step, key.checkpoint}]);
+    const double scale = std::max(own_scale[w], scale_at[{key.step, key.checkpoint}]);
     const double budget = exact ? 0.0 : policy.Budget(key.checkpoint, key.step, scale);
     if (!exact) summary.exact = false;
-    // Every figure below grows with the error, so the tensor's largest error gives them all (NaN against NaN
-    // counts as equal, NaN against a number as an infinite error). A rank holding bitwise the tensor the
-    // rank before it held, against the same reference value, has its errors.
-    const bool repeat = last_got && last_want == w && BitwiseEqual(*last_got, value);
-    last_got = value.get();
-    last_want = w;
-    if (!repeat) {
-      max_err = 0;
-      differs = false;
-    }
-    for (size_t i = 0; i < w->data.size() && !repeat; ++i) {
-      const double g = value->data[i], v = w->data[i];
-      if (std::isnan(g) && std::isnan(v)) continue;
-      double err = g == v ? 0.0 : std::abs(g - v);
-      if (std::isnan(err)) err = INFINITY;
-      max_err = std::max(max_err, err);
-      differs = differs || g != v;
-    }
+    const double max_err = me.max_err;
     if (w->data.empty()) continue;
     if (floating) {
       for (double* m : {&cell.max_abs_err, &rank_cell.max_abs_err, &summary.max_abs_err}) *m = std::max(*m, max_err);
@@ -103,7 +117,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
       for (double* m : {&cell.budget_used, &rank_cell.budget_used, &summary.max_budget_used}) *m = std::max(*m, used);
       summary.max_scaled_err = std::max(summary.max_scaled_err, Ratio(max_err, scale));
     }
-    if (exact ? differs : max_err > budget) cell.failed = rank_cell.failed = true;
+    if (exact ? me.differs : max_err > budget) cell.failed = rank_cell.failed = true;
   }
   for (const auto& m : report->result.mismatches) {
     if (m.key.rank == kAllRanks) continue;

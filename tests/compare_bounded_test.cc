@@ -1,0 +1,113 @@
+// CompareTraces against element-wise bounds (the step-local check) computes its figures in a vectorised pass
+// (core/compare.cc BoundedPass): they must be exactly what the element-by-element definition gives, NaN,
+// infinities, signed zeros and all, and the worst element and the mismatch the same.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "core/compare.h"
+#include "core/trace.h"
+
+namespace ddpcheck {
+namespace {
+
+using core::Checkpoint;
+using core::DType;
+using core::Tensor;
+
+// The definition, element by element (CompareTensor's loop before it was vectorised).
+struct Expected {
+  int64_t bad = 0, worst = -1;
+  double max_abs = 0, max_rel = 0, max_ulps = 0, max_budget = 0, sensitivity = INFINITY, worst_budget = 0;
+};
+
+Expected Define(const Tensor& got, const Tensor& want, const Tensor& bound) {
+  Expected x;
+  double worst_excess = -1;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    const double g = got.data[i], w = want.data[i];
+    const bool both_nan = std::isnan(g) && std::isnan(w);
+    double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);
+    if (std::isnan(abs_err)) abs_err = INFINITY;
+    const double b = core::kBoundSafety * bound.data[i];
+    x.max_budget = std::max(x.max_budget, b);
+    if (w != 0 && std::isfinite(w)) x.sensitivity = std::min(x.sensitivity, 2 * b / std::abs(w));
+    if (abs_err != 0) {
+      x.max_abs = std::max(x.max_abs, abs_err);
+      x.max_rel = std::max(x.max_rel, w != 0 ? abs_err / std::abs(w) : INFINITY);
+      x.max_ulps = std::max(x.max_ulps, std::isfinite(g) && std::isfinite(w) ? core::UlpDistance(g, w, want.dtype) : INFINITY);
+    }
+    if (!(abs_err <= b)) {
+      ++x.bad;
+      if (abs_err - b > worst_excess) {
+        worst_excess = abs_err - b;
+        x.worst = static_cast<int64_t>(i);
+        x.worst_budget = b;
+      }
+    }
+  }
+  return x;
+}
+
+double Special(std::mt19937_64& rng, DType dt) {
+  const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, std::nan(""), 1e-30, -1e30, 1.0, -1.0};
+  std::uniform_int_distribution<int> pick(0, 40);
+  const int k = pick(rng);
+  if (k < 9) return specials[k];
+  std::normal_distribution<double> n(0.0, 1.0);
+  const double v = n(rng) * std::pow(10.0, static_cast<double>(k % 7) - 3);
+  return dt == DType::kFloat32 ? static_cast<double>(static_cast<float>(v)) : v;
+}
+
+TEST(CompareBounded, TheVectorisedFiguresAreTheDefinitionsExactly) {
+  std::mt19937_64 rng(7);
+  for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 70);  // lanes of 8 and a remainder
+      Tensor want(dt, {n}, {}), got(dt, {n}, {}), bound(DType::kFloat64, {n}, {});
+      std::uniform_real_distribution<double> u(0, 1);
+      for (int64_t i = 0; i < n; ++i) {
+        const double w = Special(rng, dt);
+        double g = w;
+        const double r = u(rng);
+        if (r < 0.3) g = w * (1 + 1e-6 * (u(rng) - 0.5));
+        else if (r < 0.4) g = Special(rng, dt);
+        else if (r < 0.45) g = std::nextafter(static_cast<float>(w), INFINITY);
+        if (dt == DType::kFloat32) g = static_cast<double>(static_cast<float>(g));
+        want.data.push_back(w);
+        got.data.push_back(g);
+        bound.data.push_back(u(rng) < 0.1 ? INFINITY : std::abs(w) * 1e-7 * u(rng));
+      }
+      core::Trace g, w, b;
+      const core::TraceKey key{0, Checkpoint::kReduced, "p", core::kAllRanks};
+      g.Add(key, got);
+      w.Add(key, want);
+      b.Add(key, bound);
+      core::TolerancePolicy policy;
+      const core::CompareResult r = core::CompareTraces(g, w, policy, b, 0);
+      const Expected x = Define(got, want, bound);
+      ASSERT_EQ(r.stats.count("reduced"), 1u);
+      const core::CheckpointStats& st = r.stats.at("reduced");
+      const std::string where = "dtype " + core::DTypeName(dt) + ", trial " + std::to_string(trial);
+      EXPECT_EQ(st.max_abs, x.max_abs) << where;
+      EXPECT_EQ(st.max_rel, std::isfinite(x.max_rel) ? x.max_rel : 0.0) << where;
+      EXPECT_EQ(st.max_ulps, std::isfinite(x.max_ulps) ? x.max_ulps : 0.0) << where;
+      EXPECT_EQ(st.max_budget, x.max_budget) << where;
+      EXPECT_EQ(st.sensitivity, x.sensitivity < 1 ? x.sensitivity : 0.0) << where;
+      EXPECT_EQ(st.noise, x.sensitivity < 1 ? 0 : 1) << where;
+      EXPECT_EQ(r.pass, x.bad == 0) << where;
+      if (x.bad > 0) {
+        ASSERT_TRUE(r.first.has_value()) << where;
+        EXPECT_EQ(r.first->bad_elements, x.bad) << where;
+        EXPECT_EQ(r.first->index, x.worst) << where;
+        EXPECT_EQ(r.first->budget, x.worst_budget) << where;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddpcheck
