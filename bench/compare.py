@@ -108,6 +108,8 @@ def main():
                    help="print speedups even when torch runs on the netlib reference BLAS (no user trains on it)")
     p.add_argument("--whole-check", action="store_true",
                    help="also time `ddpcheck run` (world + reference + compare + report) against the world alone")
+    p.add_argument("--whole-check-only", action="store_true",
+                   help="only the whole check (--rounds interleaved runs of each side, medians), not the grid")
     args = p.parse_args()
     blas, libs, gflops = torch_blas()
     print(f"# torch BLAS: {blas} ({', '.join(libs) or 'no BLAS library mapped'}); single-core fp32 GEMM peak "
@@ -123,6 +125,9 @@ def main():
     grid = [(l, h, w) for l, h in SIZES for w in WORLDS]
     if args.quick:
         grid = [("10K", 56, 4)]
+    if args.whole_check_only:
+        whole_check(args, sim_bin, *(("10K", 56, 4) if args.quick else ("10M", 1824, 4)))
+        return
     rows = []
     for label, hidden, world in grid:
         warmup, steps = steps_for(hidden)
@@ -199,11 +204,16 @@ def whole_check(args, sim_bin, label, hidden, world):
                 sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
             return wall, int(p.stderr.strip().splitlines()[-1])  # max RSS, KiB
 
-        run_s, run_kib = timed([ddpcheck, "run", path, "--quiet", "--progress", "never", "--comm", "gloo"])
-        world_s, world_kib = timed([sim_bin, "--hidden", str(hidden), "--world", str(world), "--batch",
-                                    str(args.batch), "--warmup", "1", "--steps", str(steps - 1), "--reps", "1"])  # steps in all
+        runs, worlds = [], []
+        for _ in range(max(1, args.rounds)):  # interleaved; medians
+            runs.append(timed([ddpcheck, "run", path, "--quiet", "--progress", "never", "--comm", "gloo"]))
+            worlds.append(timed([sim_bin, "--hidden", str(hidden), "--world", str(world), "--batch", str(args.batch),
+                                 "--warmup", "1", "--steps", str(steps - 1), "--reps", "1"]))  # steps in all
+        run_s, run_kib = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        world_s, world_kib = statistics.median(w[0] for w in worlds), statistics.median(w[1] for w in worlds)
     print(f"# whole check, {label} model, W={world}, {steps} steps, batch {args.batch}, fp32: ddpcheck run "
-          f"{run_s:.2f} s, the world alone {world_s:.2f} s (process wall times, start-up included)")
+          f"{run_s:.2f} s, the world alone {world_s:.2f} s (process wall times, start-up included; medians of "
+          f"{len(runs)}: run {[round(r[0], 2) for r in runs]}, world {[round(w[0], 2) for w in worlds]})")
     print(f"whole_check_ratio_{label}_w{world}={run_s / world_s:.2f}")
     print(f"peak_rss_mib_{label}_w{world}: ddpcheck run {run_kib / 1024:.0f} MiB for {world} rank threads "
           f"({run_kib / 1024 / world:.0f} MiB per rank), the world alone {world_kib / 1024:.0f} MiB "

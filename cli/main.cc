@@ -1,8 +1,12 @@
 // The ddpcheck command: parses the subcommand, runs it, and turns every failure into a message and an exit
 // code (0 PASS, 1 divergence found, 2 bad input or usage, 3 internal error).
+#include <malloc.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 
 #include "cli/command.h"
 #include "cli/gpu_handover.h"
@@ -36,6 +40,14 @@ int Fail(const std::string& cmd, const core::Status& status) {
 int main(int argc, char** argv) {
   using namespace ddpcheck;
   cli::HandOverGpuCommands(argc, argv);
+  // A check makes and drops tensors of the model's size every step (a trace's values, the replay's bounds).
+  // glibc maps each large one afresh and unmaps it when freed, so the next is page-faulted and zeroed again:
+  // a third of a large model's check went to the kernel. Freed memory stays with the process instead (it is
+  // reused; the peak is the same, measured in bench/README.md), unless the user tunes malloc themselves.
+  if (std::getenv("GLIBC_TUNABLES") == nullptr) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  }
   CLI::App app{
       "ddpcheck: does a distributed (DDP) training step do exactly what a single process would do?\n"
       "Runs the same steps on a reference, a simulated CPU world (Gloo) and GPUs, and names the first difference.",
