@@ -15,7 +15,8 @@ whole loop's time per step (first step to the end of rec.close(), which waits fo
 every file written is counted) with its ratio to the plain loop's, and rank 0's CPU time per step over the loop:
 its training thread's (main_cpu) and its whole process's (cpu: the writer and gloo threads too). The recorder
 writes every step's tensors to one archive per rank and step (under --tmp): the ratio grows with the model's size
-relative to its compute and with the file system's cost per page (docs/torch.md, "Overhead"). Run from a folder
+relative to its compute and with the file system's cost per page (docs/torch.md, "Overhead"). All ranks record
+into one folder per loop (rank<r>/ in it), as a script's out_dir="dump" does. Run from a folder
 holding an older tools/ (a copy of this file beside it), it times that recorder on the same loop.
 """
 import argparse
@@ -26,10 +27,15 @@ import sys
 import tempfile
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch import nn
+# One thread per rank, the BLAS's too (OpenBLAS otherwise starts a worker per core that spins in sched_yield between
+# products: on two cores shared by two ranks it takes time from both loops; bench/compare.py does the same).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch import nn  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import ddpcheck_torch  # noqa: E402
@@ -71,21 +77,20 @@ def loop(rank, args, mode, out):
             "cpu": (time.process_time() - cpu) / args.steps, "main_cpu": (time.thread_time() - main_cpu) / args.steps}
 
 
-def worker(rank, args, results):
+def worker(rank, args, tmp, results):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=rank, world_size=args.world)
     torch.set_num_threads(1)
     modes = args.modes.split(",")
-    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        loop(rank, args, "plain", os.path.join(tmp, "warm-up"))  # warm caches; not counted
-        dist.barrier()
-        for r in range(args.rounds):  # plain, then each mode, every round: load drift hits both sides alike
-            for mode in ["plain"] + modes:
-                t = loop(rank, args, mode, os.path.join(tmp, "%s%d" % (mode, r)))
-                dist.barrier()
-                if rank == 0:
-                    results[(mode, r)] = t
+    loop(rank, args, "plain", os.path.join(tmp, "warm-up"))  # warm caches; not counted
+    dist.barrier()
+    for r in range(args.rounds):  # plain, then each mode, every round: load drift hits both sides alike
+        for mode in ["plain"] + modes:
+            t = loop(rank, args, mode, os.path.join(tmp, "%s%d" % (mode, r)))
+            dist.barrier()
+            if rank == 0:
+                results[(mode, r)] = t
     dist.destroy_process_group()
 
 
@@ -107,7 +112,8 @@ def main():
         if m not in REFERENCE:
             ap.error("unknown mode %r; known: %s" % (m, ", ".join(REFERENCE)))
     results = mp.Manager().dict()
-    mp.spawn(worker, args=(args, results), nprocs=args.world)
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:  # one dump folder for all ranks, as out_dir="dump" is
+        mp.spawn(worker, args=(args, tmp, results), nprocs=args.world)
     med = statistics.median
     for mode in ["plain"] + modes:
         runs = [(results[(mode, r)], results[("plain", r)]) for r in range(args.rounds)]

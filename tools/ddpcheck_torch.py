@@ -29,8 +29,10 @@ by a later rec.step() or by close(), and recorded like an error at the step it b
 """
 import collections
 import io
+import errno
 import json
 import math
+import mmap
 import os
 import struct
 import sys
@@ -56,6 +58,9 @@ ARCHIVE_LIMIT = (1 << 32) - (1 << 24)
 # How long a rank's writer waits for rank 0's archive of the same step (to name rank 0's entries it holds bitwise
 # instead of writing them again) before it writes its own and stops looking (rank 0 on another host).
 PEER_WAIT_S = 10.0
+# Direct (O_DIRECT) writes go through an aligned staging buffer of this size, in blocks of _ALIGN bytes.
+STAGE = 8 << 20
+_ALIGN = 4096
 
 _SCHEDULERS = {
     "StepLR": ("step", {"step_size": "step_size", "gamma": "gamma"}),
@@ -209,7 +214,9 @@ class _Writer:
         self._comment = ("ddpcheck-run " + run).encode("ascii")
         self._peer = peer
         self.peer_run = None  # rank 0's run id, once read
-        self._cmp = np.empty(0, np.uint8)  # rank 0's entry, read back to compare
+        self._peer_buf = None  # rank 0's archive, read back to compare (_read_peer)
+        self._stage = None  # the aligned staging buffer of direct writes
+        self._direct_dirs = {}  # folder -> whether its files are written past the page cache
         self.aliases = {}  # "<archive>/<entry>" -> "../rank0/<archive>/<entry>" (written by the writer thread)
 
     @staticmethod
@@ -285,45 +292,49 @@ class _Writer:
     def _dedupe(self, archive, entries, shared):
         """The entries left to write once those rank 0's archive of the same name holds byte for byte are aliased."""
         base = os.path.basename(archive)
-        path = os.path.join(self._peer[0], base)
-        found = self._peer_entries(path)
+        found = self._peer_archive(os.path.join(self._peer[0], base))
         if found is None:
             return entries
+        data, where = found
         keep = []
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        try:
-            for name, a in entries:
-                where = found.get(name) if name in shared else None
-                if where is not None and self._same(fd, where, self._npy(a)):
-                    self.aliases[base + "/" + name] = "%s/%s/%s" % (self._peer[1], base, name)
-                else:
-                    keep.append((name, a))
-        finally:
-            os.close(fd)
+        for name, a in entries:
+            at = where.get(name) if name in shared else None
+            if at is not None and _holds(data, at, self._npy(a)):
+                self.aliases[base + "/" + name] = "%s/%s/%s" % (self._peer[1], base, name)
+            else:
+                keep.append((name, a))
         return keep
 
-    def _peer_entries(self, path):
-        """{entry: (data offset, size)} of rank 0's complete archive `path` of rank 0's run, waiting for it up to
-        PEER_WAIT_S (then None, and no archive of rank 0 is looked for again)."""
+    def _peer_archive(self, path):
+        """(its bytes, {entry: (data offset, size)}) of rank 0's complete archive `path` of rank 0's run, waiting
+        for it up to PEER_WAIT_S (then None, and no archive of rank 0 is looked for again; at once when rank 0's
+        folder holds no run.json of this recording)."""
         deadline = time.monotonic() + PEER_WAIT_S
         pause = 0.0005
         folder, _, started = self._peer
+        if self.peer_run is None:
+            # Rank 0's recorder wrote run.json before its first step, so before this rank's first archive comes
+            # here: none (or one of an earlier run) means rank 0 writes elsewhere (another machine or folder).
+            try:
+                run = os.path.join(folder, "run.json")
+                if os.stat(run).st_mtime >= started - 60:
+                    with open(run) as f:
+                        self.peer_run = str(json.load(f)["run"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            if self.peer_run is None:
+                self._peer = None
+                return None
         while True:
             try:
-                if self.peer_run is None:
-                    run = os.path.join(folder, "run.json")
-                    if os.stat(run).st_mtime >= started - 60:
-                        with open(run) as f:
-                            self.peer_run = str(json.load(f)["run"])
-                if self.peer_run is not None:
-                    found = _zip_entries(path)
-                    if found is not None:
-                        if found[0] != b"ddpcheck-run " + self.peer_run.encode("ascii"):
-                            return None  # not rank 0's of this run (yet): written here
-                        return found[1]
-                    index = os.path.join(folder, "index.json")
-                    if os.path.exists(index) and os.stat(index).st_mtime >= started:
-                        deadline = min(deadline, time.monotonic() + 0.05)  # rank 0 closed: it will not come
+                if os.path.exists(path):
+                    data = self._read_peer(path)
+                    found = _zip_entries(data)
+                    if found is not None and found[0] == b"ddpcheck-run " + self.peer_run.encode("ascii"):
+                        return data, found[1]  # (an archive of an earlier run is waited past: rank 0 rewrites it)
+                index = os.path.join(folder, "index.json")
+                if os.path.exists(index) and os.stat(index).st_mtime >= started:
+                    deadline = min(deadline, time.monotonic() + 0.05)  # rank 0 closed: it will not come
             except (OSError, ValueError, KeyError, UnicodeError):
                 pass
             if time.monotonic() > deadline:
@@ -332,27 +343,40 @@ class _Writer:
             time.sleep(pause)
             pause = min(2 * pause, 0.01)
 
-    def _same(self, fd, where, pieces):
-        """Whether the `size` bytes at `offset` of fd are the pieces' bytes."""
-        offset, size = where
-        if size != sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces):
-            return False
-        if self._cmp.size < size:
-            self._cmp = np.empty(size, np.uint8)
-        got = self._cmp[:size]
-        if os.preadv(fd, [got], offset) != size:
-            return False
-        at = 0
-        for p in pieces:
-            n = len(p) if isinstance(p, bytes) else p.nbytes
-            mine = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
-            theirs = got[at:at + n]
-            if n % 8 == 0 and at % 8 == 0 and mine.ctypes.data % 8 == 0:
-                mine, theirs = mine.view(np.uint64), theirs.view(np.uint64)
-            if not np.array_equal(mine, theirs):
-                return False
-            at += n
-        return True
+    def _read_peer(self, path):
+        """The bytes of `path` (rank 0's archive) in a buffer reused from call to call, read past the page cache
+        (O_DIRECT) where rank 0 wrote it so."""
+        direct = self._direct_ok(os.path.dirname(path))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | (os.O_DIRECT if direct else 0))
+        try:
+            size = os.fstat(fd).st_size
+            buf = self._buffer("_peer_buf", -(-max(size, 1) // _ALIGN) * _ALIGN)
+            try:
+                got = os.preadv(fd, [memoryview(buf)], 0)
+            except OSError as e:
+                if not direct or e.errno != errno.EINVAL:
+                    raise
+                self._direct_dirs[os.path.dirname(path)] = False
+                return self._read_peer(path)
+        finally:
+            os.close(fd)
+        return np.frombuffer(buf, np.uint8, count=min(got, size))
+
+    def _buffer(self, attr, size):
+        """A page-aligned buffer of at least `size` bytes (an anonymous mapping), kept in self.<attr> and reused."""
+        buf = getattr(self, attr)
+        if buf is None or len(buf) < size:
+            buf = mmap.mmap(-1, max(size, 2 * len(buf) if buf is not None else 0))
+            setattr(self, attr, buf)
+        return memoryview(buf)[:size]
+
+    def _direct_ok(self, folder):
+        """Whether files in `folder` are written and read past the page cache (O_DIRECT): on Linux, on a local
+        disk file system (ext4, xfs, btrfs), where copying every page into the page cache and flushing it later
+        costs the training's cores more than the device's own transfer (tmpfs is its page cache: never)."""
+        if folder not in self._direct_dirs:
+            self._direct_dirs[folder] = _direct_fs(folder)
+        return self._direct_dirs[folder]
 
     def _npy(self, a):
         """The bytes np.save writes for a, as pieces: [header, memory] or [np.save's bytes]."""
@@ -391,9 +415,30 @@ class _Writer:
                                                 len(self._comment)) + self._comment)
         return pieces
 
-    @staticmethod
-    def _write(path, pieces):
+    def _write(self, path, pieces):
+        """Writes the pieces as the file `path`: past the page cache (O_DIRECT, through an aligned staging buffer of
+        STAGE bytes, the tail padded to the block and the file cut back to its size) on a local disk file system
+        (_direct_ok) for a file of at least 64 KiB, else in one writev per 1024 pieces."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+        size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces)
+        folder = os.path.dirname(path)
+        if size >= (64 << 10) and self._direct_ok(folder):
+            try:
+                fd = os.open(path, flags | os.O_DIRECT, 0o666)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self._direct_dirs[folder] = False
+            else:
+                try:
+                    self._write_direct(fd, pieces, size)
+                    return
+                except OSError as e:
+                    if e.errno != errno.EINVAL:
+                        raise
+                    self._direct_dirs[folder] = False  # the file system refused the alignment: written again below
+                finally:
+                    os.close(fd)
         fd = os.open(path, flags, 0o666)
         try:
             views = [v for v in (memoryview(p).cast("B") for p in pieces) if len(v)]
@@ -411,6 +456,33 @@ class _Writer:
                         done = 0
         finally:
             os.close(fd)
+
+    def _write_direct(self, fd, pieces, size):
+        stage = self._buffer("_stage", STAGE)
+        fill = 0
+        for p in pieces:
+            view = memoryview(p).cast("B")
+            at = 0
+            while at < len(view):
+                n = min(len(view) - at, STAGE - fill)
+                stage[fill:fill + n] = view[at:at + n]
+                fill, at = fill + n, at + n
+                if fill == STAGE:
+                    self._write_all(fd, stage)
+                    fill = 0
+        if fill:
+            padded = -(-fill // _ALIGN) * _ALIGN
+            stage[fill:padded] = bytes(padded - fill)
+            self._write_all(fd, stage[:padded])
+        os.ftruncate(fd, size)
+
+    @staticmethod
+    def _write_all(fd, view):
+        while len(view):
+            done = os.write(fd, view)
+            if done <= 0:
+                raise OSError("the file system took no bytes")
+            view = view[done:]
 
 
 class _Rows:
@@ -431,18 +503,29 @@ class _Rows:
             self._pos = np.concatenate([self._pos, np.zeros(grow, np.int64)])
         if self.first is None:
             self.first = int(rows[0])
-        self._batches[bid] = [torch.as_tensor(batch).detach().clone(), 0]
+        copy = torch.as_tensor(batch).detach().clone()
         unique = np.unique(rows).size == rows.size
-        for part in ([rows] if unique else [rows[j:j + 1] for j in range(rows.size)]):  # repeats: one at a time
+        if unique:  # the common case: one pass, and only the batches it takes rows from are looked at
+            old = self._bid[rows]
+            if old.max() >= 0:
+                for b, c in zip(*np.unique(old[old >= 0], return_counts=True)):
+                    entry = self._batches[int(b)]
+                    entry[1] -= int(c)
+                    if entry[1] == 0:
+                        del self._batches[int(b)]
+            self._batches[bid] = [copy, rows.size]
+            self._bid[rows] = bid
+            self._pos[rows] = np.arange(rows.size)
+            return
+        self._batches[bid] = [copy, 0]
+        for part in [rows[j:j + 1] for j in range(rows.size)]:  # repeats: one at a time
             old = self._bid[part]
             for b, c in zip(*np.unique(old[old >= 0], return_counts=True)):
                 self._batches[int(b)][1] -= int(c)
             self._bid[part] = bid
             self._batches[bid][1] += part.size
-        self._pos[rows] = np.arange(rows.size) if unique else 0
-        if not unique:
-            for j, i in enumerate(rows.tolist()):
-                self._pos[i] = j
+        for j, i in enumerate(rows.tolist()):
+            self._pos[i] = j
         for b in [b for b, e in self._batches.items() if e[1] == 0]:
             del self._batches[b]
 
@@ -467,24 +550,20 @@ _ZIP_END = struct.Struct("<IHHHHIIH")
 _ZIP_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the earliest date a zip holds
 
 
-def _zip_entries(path):
-    """(comment, {entry name: (data offset, size)}) of a stored zip as _Writer._zip writes it (a comment of at most
-    64 bytes, no zip64), or None when the file is not (yet) one: its end record is written last."""
-    with open(path, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        tail = min(size, _ZIP_END.size + 64)
-        f.seek(size - tail)
-        tail = f.read(tail)
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or at + _ZIP_END.size > len(tail):
-            return None
-        sig, _, _, _, count, cd_size, cd_offset, comment_len = _ZIP_END.unpack_from(tail, at)
-        end = size - len(tail) + at
-        if at + _ZIP_END.size + comment_len != len(tail) or cd_offset + cd_size != end:
-            return None
-        comment = tail[at + _ZIP_END.size:]
-        f.seek(cd_offset)
-        directory = f.read(cd_size)
+def _zip_entries(data):
+    """(comment, {entry name: (data offset, size)}) of `data`, a stored zip as _Writer._zip writes it (a comment of
+    at most 64 bytes, no zip64), or None when it is not (yet) one: its end record is written last."""
+    size = len(data)
+    tail = bytes(data[max(0, size - _ZIP_END.size - 64):])
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _ZIP_END.size > len(tail):
+        return None
+    sig, _, _, _, count, cd_size, cd_offset, comment_len = _ZIP_END.unpack_from(tail, at)
+    end = size - len(tail) + at
+    if at + _ZIP_END.size + comment_len != len(tail) or cd_offset + cd_size != end:
+        return None
+    comment = tail[at + _ZIP_END.size:]
+    directory = bytes(data[cd_offset:end])
     out, at = {}, 0
     for _ in range(count):
         if at + _ZIP_CENTRAL.size > len(directory):
@@ -495,9 +574,53 @@ def _zip_entries(path):
         if fields[0] != 0x02014B50 or method != 0 or size != stored or extra_len or comment_len:
             return None
         name = directory[at + _ZIP_CENTRAL.size:at + _ZIP_CENTRAL.size + name_len].decode("utf-8")
-        out[name] = (local + _ZIP_LOCAL.size + name_len, size)
+        start = local + _ZIP_LOCAL.size + name_len
+        if start + size > cd_offset:
+            return None
+        out[name] = (start, size)
         at += _ZIP_CENTRAL.size + name_len
     return comment, out
+
+
+def _holds(data, where, pieces):
+    """Whether data[offset:offset + size] (where = (offset, size)) are the pieces' bytes."""
+    offset, size = where
+    if size != sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces):
+        return False
+    at = offset
+    for p in pieces:
+        mine = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
+        n = mine.size
+        theirs = data[at:at + n]
+        if n % 8 == 0 and at % 8 == 0 and mine.ctypes.data % 8 == 0:
+            mine, theirs = mine.view(np.uint64), theirs.view(np.uint64)
+        if not np.array_equal(mine, theirs):
+            return False
+        at += n
+    return True
+
+
+_DIRECT_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+
+
+def _direct_fs(folder):
+    """Whether `folder` lies on a local disk file system that O_DIRECT writes past the page cache (Linux)."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "O_DIRECT"):
+        return False
+    path, best, kind = os.path.realpath(folder), "", None
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                mount = fields[1].replace("\\040", " ")
+                inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, fields[2]
+    except OSError:
+        return False
+    return kind in _DIRECT_FS
 
 
 def _bits(a):

@@ -13,6 +13,7 @@ import copy
 import types
 
 import torch
+import torch.distributed as _dist
 from torch import nn
 
 _DTYPES = (torch.float32, torch.float64)
@@ -66,23 +67,20 @@ class BucketTap:
 
     def _hook(self, _state, bucket):
         idx = [self.param_index.get(id(p), -1) for p in bucket.parameters()]
-        local = bucket.buffer().detach().clone()
-        if self.user is not None:
-            fut = self.user[1](self.user[0], bucket)
-        else:  # the reducer's default: mul by 1/W in place (copy_grad_to_bucket), then all-reduce SUM
-            import torch.distributed as dist
-            buf = bucket.buffer()
-            buf.mul_(1.0 / self.world)
-            fut = dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
-        entry = {"index": int(bucket.index()), "params": idx, "local": local, "reduced": None}
+        buf = bucket.buffer()
+        entry = {"index": int(bucket.index()), "params": idx, "local": buf.detach().clone(), "reduced": None}
         self.buckets.append(entry)
 
-        def keep(f):
+        def keep(f):  # the reduced bucket, kept as the future completes (one callback: it runs on gloo's thread)
             out = f.value()
             out = out[0] if isinstance(out, (list, tuple)) else out
             entry["reduced"] = out.detach().clone()
             return out
-        return fut.then(keep)
+        if self.user is not None:
+            return self.user[1](self.user[0], bucket).then(keep)
+        # the reducer's default: mul by 1/W in place (copy_grad_to_bucket), then all-reduce SUM
+        buf.mul_(1.0 / self.world)
+        return _dist.all_reduce(buf, async_op=True).get_future().then(keep)
 
     def take(self):
         out, self.buckets = self.buckets, []
