@@ -273,7 +273,11 @@ class _Writer:
                 (archive, entries, files, shared), step, done, size = self._queue[0]
             try:
                 if shared and self._peer is not None:
-                    entries = self._dedupe(archive, entries, shared)
+                    try:
+                        entries = self._dedupe(archive, entries, shared)
+                    except Exception:  # noqa: BLE001 - naming rank 0's entries is an optimisation: write them all
+                        self._peer, self.aliases = None, {k: v for k, v in self.aliases.items()
+                                                          if not k.startswith(os.path.basename(archive) + "/")}
                 if entries:
                     self._write(archive, self._zip(entries))
                 for path, array in files:
@@ -352,7 +356,11 @@ class _Writer:
             size = os.fstat(fd).st_size
             buf = self._buffer("_peer_buf", -(-max(size, 1) // _ALIGN) * _ALIGN)
             try:
-                got = os.preadv(fd, [memoryview(buf)], 0)
+                if hasattr(os, "preadv"):
+                    got = os.preadv(fd, [buf], 0)
+                else:
+                    with os.fdopen(os.dup(fd), "rb", 0) as f:
+                        got = f.readinto(buf)
             except OSError as e:
                 if not direct or e.errno != errno.EINVAL:
                     raise
