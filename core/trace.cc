@@ -89,9 +89,13 @@ Trace Trace::TakeSteps(int64_t last_step) {
 }
 
 std::vector<std::shared_ptr<const Tensor>> Trace::Twins(const TraceKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TwinsLocked(key);
+}
+
+std::vector<std::shared_ptr<const Tensor>> Trace::TwinsLocked(const TraceKey& key) const {
   std::vector<std::shared_ptr<const Tensor>> out;
   if (key.rank == kAllRanks) return out;
-  std::lock_guard<std::mutex> lock(mu_);
   TraceKey from = key;
   from.rank = std::numeric_limits<int>::min();
   for (auto it = records_.lower_bound(from); it != records_.end() && it->first.step == key.step &&
@@ -105,9 +109,12 @@ std::vector<std::shared_ptr<const Tensor>> Trace::Twins(const TraceKey& key) con
 
 void Trace::Add(const TraceKey& key, Tensor value) {
   auto p = std::make_shared<const Tensor>(std::move(value));
-  if (p->numel() >= kShareMin) {
+  const bool shareable = p->numel() >= kShareMin;
+  std::vector<std::shared_ptr<const Tensor>> seen;
+  if (shareable) {
     // Compared outside the lock: the other ranks keep adding meanwhile.
-    for (const auto& twin : Twins(key)) {
+    seen = Twins(key);
+    for (const auto& twin : seen) {
       if (BitwiseEqual(*twin, *p)) {
         p = twin;
         break;
@@ -115,6 +122,17 @@ void Trace::Add(const TraceKey& key, Tensor value) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (shareable && std::find(seen.begin(), seen.end(), p) == seen.end()) {
+    // A twin another rank added since (two ranks recording one value at once): compared under the lock, so
+    // that of two equal values added together the second always shares the first. Rare: no copy waits here
+    // otherwise.
+    for (const auto& twin : TwinsLocked(key)) {
+      if (std::find(seen.begin(), seen.end(), twin) == seen.end() && BitwiseEqual(*twin, *p)) {
+        p = twin;
+        break;
+      }
+    }
+  }
   records_.insert_or_assign(key, SharedTensor(std::move(p)));
 }
 

@@ -126,6 +126,7 @@ class Trace {
   static Status FromIndex(const nlohmann::json& index, const std::string& path, const NpyLoader& load, Trace* out);
   // Other ranks' records of key's (step, checkpoint, tensor), distinct values only (taken under mu_).
   std::vector<std::shared_ptr<const Tensor>> Twins(const TraceKey& key) const;
+  std::vector<std::shared_ptr<const Tensor>> TwinsLocked(const TraceKey& key) const;  // mu_ held
   mutable std::mutex mu_;
   std::map<TraceKey, SharedTensor> records_;
   std::vector<TraceEvent> events_;
