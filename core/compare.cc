@@ -51,71 +51,6 @@ int64_t OrderedBits(double v, DType dtype) {
   return i < 0 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min()) - i : i;
 }
 
-
-// CompareTensor's figures for element-wise bounds. Each lane keeps its own maxima (combined at the end, in
-// any order: max and min are exact), and each element's figures are selected, not branched to, so the loop
-// vectorises; the values are those of CompareTensor's general loop.
-struct BoundedStats {
-  int64_t bad = 0;
-  double max_abs = 0, max_rel = 0, max_ulps = 0, max_budget = 0, sensitivity = INFINITY;
-};
-
-template <typename Bits, typename Narrow>
-BoundedStats BoundedPassAs(const double* g, const double* w, const double* e, int64_t n) {
-  constexpr int kLanes = 8;
-  double mabs[kLanes] = {}, mrel[kLanes] = {}, mulp[kLanes] = {}, mbud[kLanes] = {};
-  double sens[kLanes];
-  int64_t nbad[kLanes] = {};
-  for (double& v : sens) v = INFINITY;
-  auto one = [&](int j, double gi, double wi, double ei) {
-    const bool both_nan = gi != gi && wi != wi;
-    double a = std::abs(gi - wi);
-    a = both_nan || gi == wi ? 0.0 : a;
-    a = a != a ? INFINITY : a;
-    const double b = kBoundSafety * ei;
-    nbad[j] += !(a <= b);
-    mbud[j] = mbud[j] < b ? b : mbud[j];
-    const double aw = std::abs(wi);
-    const double s = wi != 0 && aw < INFINITY ? 2 * b / aw : INFINITY;
-    sens[j] = s < sens[j] ? s : sens[j];
-    // rel and ulps count where the values differ (a NaN rel, a number against NaN, is no maximum)
-    const double rel = a == 0 ? 0.0 : (wi != 0 ? a / aw : INFINITY);
-    mrel[j] = mrel[j] < rel ? rel : mrel[j];
-    mabs[j] = mabs[j] < a ? a : mabs[j];
-    const auto gn = static_cast<Narrow>(gi), wn = static_cast<Narrow>(wi);
-    Bits x, y;
-    std::memcpy(&x, &gn, sizeof x);
-    std::memcpy(&y, &wn, sizeof y);
-    const int64_t ox = x < 0 ? static_cast<int64_t>(std::numeric_limits<Bits>::min()) - x : static_cast<int64_t>(x);
-    const int64_t oy = y < 0 ? static_cast<int64_t>(std::numeric_limits<Bits>::min()) - y : static_cast<int64_t>(y);
-    const uint64_t d = ox > oy ? static_cast<uint64_t>(ox) - static_cast<uint64_t>(oy)
-                               : static_cast<uint64_t>(oy) - static_cast<uint64_t>(ox);
-    const bool finite = std::abs(gi) < INFINITY && std::abs(wi) < INFINITY;
-    const double ulps = a == 0 ? 0.0 : (finite ? static_cast<double>(d) : INFINITY);
-    mulp[j] = mulp[j] < ulps ? ulps : mulp[j];
-  };
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) one(j, g[i + j], w[i + j], e[i + j]);
-  }
-  for (; i < n; ++i) one(0, g[i], w[i], e[i]);
-  BoundedStats st;
-  for (int j = 0; j < kLanes; ++j) {
-    st.bad += nbad[j];
-    st.max_abs = std::max(st.max_abs, mabs[j]);
-    st.max_rel = std::max(st.max_rel, mrel[j]);
-    st.max_ulps = std::max(st.max_ulps, mulp[j]);
-    st.max_budget = std::max(st.max_budget, mbud[j]);
-    st.sensitivity = std::min(st.sensitivity, sens[j]);
-  }
-  return st;
-}
-
-BoundedStats BoundedPass(const double* g, const double* w, const double* e, int64_t n, DType dt) {
-  if (dt == DType::kFloat64) return BoundedPassAs<int64_t, double>(g, w, e, n);
-  return BoundedPassAs<int32_t, float>(g, w, e, n);
-}
-
 // Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`, or, with
 // `elem` (want's numel bounds), beyond kBoundSafety * elem[i] per element.
 template <typename BudgetFn>
@@ -139,31 +74,7 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   int64_t bad = 0, worst = -1;
   double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
   double max_budget = budget, sensitivity = INFINITY;
-  if (elem && !exact) {
-    // Element-wise bounds (the step-local replay's, on tensors of a model's size): the same figures as the
-    // loop below, in a pass without branches that the compiler vectorises, and the worst element looked for
-    // only when there is one.
-    BoundedStats st = BoundedPass(got.data.data(), want.data.data(), elem->data(), want.numel(), dt);
-    bad = st.bad;
-    max_abs = st.max_abs;
-    max_rel = st.max_rel;
-    max_ulps = st.max_ulps;
-    max_budget = std::max(max_budget, st.max_budget);
-    sensitivity = st.sensitivity;
-  }
-  for (int64_t i = 0; i < want.numel() && !(elem && !exact && bad == 0); ++i) {
-    if (elem && !exact) {  // the worst excess, as the loop below finds it
-      const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
-      double abs_err = (std::isnan(g) && std::isnan(w)) || g == w ? 0.0 : std::abs(g - w);
-      if (std::isnan(abs_err)) abs_err = INFINITY;
-      const double b = kBoundSafety * (*elem)[static_cast<size_t>(i)];
-      if (!(abs_err <= b) && abs_err - b > worst_excess) {
-        worst_excess = abs_err - b;
-        worst = i;
-        worst_budget = b;
-      }
-      continue;
-    }
+  for (int64_t i = 0; i < want.numel(); ++i) {
     const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
     const bool both_nan = std::isnan(g) && std::isnan(w);
     double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);  // equal infinities (AMP overflow) match

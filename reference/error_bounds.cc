@@ -506,8 +506,7 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
       return;
     }
     dx = Mul(*d, false, W, false);
-    const M absW = c.absW.size() ? M() : M(W.cwiseAbs());  // the forward's, unless it had none
-    edx = Mul(M(*ed + gOut * Abs(*d)), false, c.absW.size() ? c.absW : absW, false);
+    edx = Mul(M(*ed + gOut * Abs(*d)), false, c.absW, false);  // |W| as ForwardLayer kept it
     if (low) {
       RoundInPlace(&dx, *low);
       edx.array() += (static_cast<double>(lin->out_features()) + 2) * eta;

@@ -1,6 +1,7 @@
-// CompareTraces against element-wise bounds (the step-local check) computes its figures in a vectorised pass
-// (core/compare.cc BoundedPass): they must be exactly what the element-by-element definition gives, NaN,
-// infinities, signed zeros and all, and the worst element and the mismatch the same.
+// CompareTraces against element-wise bounds (the step-local check): its figures (bad count, max abs/rel/ulps,
+// budget, sensitivity), the worst element and the mismatch must be exactly what the element-by-element
+// definition gives, NaN, infinities, signed zeros and all (the comparison skips equal elements' rel and ulps
+// and tests a failed tensor's ratio in a second pass).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +19,7 @@ using core::Checkpoint;
 using core::DType;
 using core::Tensor;
 
-// The definition, element by element (CompareTensor's loop before it was vectorised).
+// The definition, element by element (CompareTensor's loop as session 6 wrote it).
 struct Expected {
   int64_t bad = 0, worst = -1;
   double max_abs = 0, max_rel = 0, max_ulps = 0, max_budget = 0, sensitivity = INFINITY, worst_budget = 0;
