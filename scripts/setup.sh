@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libbenchmark-dev
   libhiredis-dev redis-server iproute2
   python3-torch python3-numpy
+  libisal2  # ISA-L's CRC-32 for tools/ddpcheck_torch.py's archives (zlib's is used where it is absent)
   libopenblas0-pthread  # torch on OpenBLAS, as users run it (bench/compare.py refuses the netlib BLAS)
   libblas-dev  # libblas.so to link: at run time libblas.so.3 is OpenBLAS, which reference/blas.h uses for large products
   gnuplot-nox

@@ -62,6 +62,29 @@ PEER_WAIT_S = 10.0
 STAGE = 8 << 20
 _ALIGN = 4096
 
+
+def _isal_crc32():
+    """ISA-L's CRC-32 (libisal.so.2, Debian's libisal2: the zip/zlib polynomial with carry-less multiplies, about
+    ten times zlib's speed here) as f(crc, address, size), or None where the library is absent."""
+    try:
+        import ctypes
+        f = ctypes.CDLL("libisal.so.2").crc32_gzip_refl
+    except (OSError, AttributeError, ImportError):
+        return None
+    f.restype, f.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64]
+    return f if f(0, b"123456789", 9) == zlib.crc32(b"123456789") else None  # the zip CRC, or not used
+
+
+_ISAL_CRC32 = _isal_crc32()
+
+
+def _crc32(piece, crc=0):
+    """zlib.crc32(piece, crc) of bytes or a contiguous numpy array (ISA-L's for arrays where it is installed; the
+    call releases the GIL either way)."""
+    if _ISAL_CRC32 is not None and isinstance(piece, np.ndarray) and piece.nbytes >= 4096:
+        return _ISAL_CRC32(crc, piece.ctypes.data, piece.nbytes)
+    return zlib.crc32(piece, crc)
+
 _SCHEDULERS = {
     "StepLR": ("step", {"step_size": "step_size", "gamma": "gamma"}),
     "MultiStepLR": ("multistep", {"milestones": "milestones", "gamma": "gamma"}),
@@ -192,8 +215,9 @@ class _Writer:
 
     run: this recording's id, the comment of every archive ("ddpcheck-run <id>"). peer (rank r > 0): (rank 0's
     folder, its name from this rank's folder, the time this recorder started). An entry the batch marks shared (a
-    tensor DDP keeps equal on every rank: parameters, gradients, optimizer state, broadcast buffers) that rank 0's
-    archive of the same name holds byte for byte is not written again: `aliases` maps "<archive>/<entry>" to
+    tensor DDP keeps equal on every rank: parameters, gradients, optimizer state, broadcast buffers) whose bytes have
+    the size and CRC-32 of rank 0's entry of that name (rank 0's archive of the same name, its central directory
+    only) is not written again (_dedupe): `aliases` maps "<archive>/<entry>" to
     "../rank0/<archive>/<entry>" (the recorder renames it in the index) and `peer_run` is rank 0's run id. Rank 0's
     run id is read from its run.json (written when its recorder started, before its first step, so before this
     rank's first step's archive is written; an older one is ignored), and only a complete archive of that run is
@@ -214,7 +238,6 @@ class _Writer:
         self._comment = ("ddpcheck-run " + run).encode("ascii")
         self._peer = peer
         self.peer_run = None  # rank 0's run id, once read
-        self._peer_buf = None  # rank 0's archive, read back to compare (_read_peer)
         self._stage = None  # the aligned staging buffer of direct writes
         self._direct_dirs = {}  # folder -> whether its files are written past the page cache
         self.aliases = {}  # "<archive>/<entry>" -> "../rank0/<archive>/<entry>" (written by the writer thread)
@@ -272,14 +295,15 @@ class _Writer:
                     return
                 (archive, entries, files, shared), step, done, size = self._queue[0]
             try:
+                crcs = None
                 if shared and self._peer is not None:
                     try:
-                        entries = self._dedupe(archive, entries, shared)
+                        entries, crcs = self._dedupe(archive, entries, shared)
                     except Exception:  # noqa: BLE001 - naming rank 0's entries is an optimisation: write them all
                         self._peer, self.aliases = None, {k: v for k, v in self.aliases.items()
                                                           if not k.startswith(os.path.basename(archive) + "/")}
                 if entries:
-                    self._write(archive, self._zip(entries))
+                    self._write(archive, self._zip(entries, crcs))
                 for path, array in files:
                     self._write(path, self._npy(array))
             except BaseException as e:  # noqa: BLE001 - handed to the recording thread
@@ -294,25 +318,32 @@ class _Writer:
                 self._cv.notify_all()
 
     def _dedupe(self, archive, entries, shared):
-        """The entries left to write once those rank 0's archive of the same name holds byte for byte are aliased."""
+        """(the entries left to write, {entry: CRC-32} computed on the way): an entry DDP keeps equal on every rank
+        whose .npy bytes have the size and CRC-32 of rank 0's entry of that name in rank 0's archive of the same
+        name is named there instead (a tensor that differs from rank 0's in any way a run shows, one bit, one
+        element, a burst of up to 32 bits, changes the CRC; two different tensors share it with probability 2^-32).
+        Rank 0's archive is not read, only its central directory (the CRC and size of each entry)."""
         base = os.path.basename(archive)
         found = self._peer_archive(os.path.join(self._peer[0], base))
         if found is None:
-            return entries
-        data, where = found
-        keep = []
+            return entries, None
+        keep, crcs = [], {}
         for name, a in entries:
-            at = where.get(name) if name in shared else None
-            if at is not None and _holds(data, at, self._npy(a)):
-                self.aliases[base + "/" + name] = "%s/%s/%s" % (self._peer[1], base, name)
-            else:
-                keep.append((name, a))
-        return keep
+            theirs = found.get(name) if name in shared else None
+            if theirs is not None:
+                pieces = self._npy(a)
+                if sum(len(d) if isinstance(d, bytes) else d.nbytes for d in pieces) == theirs[1]:
+                    crcs[name] = self._crc(pieces)
+                    if crcs[name] == theirs[0]:
+                        self.aliases[base + "/" + name] = "%s/%s/%s" % (self._peer[1], base, name)
+                        continue
+            keep.append((name, a))
+        return keep, crcs
 
     def _peer_archive(self, path):
-        """(its bytes, {entry: (data offset, size)}) of rank 0's complete archive `path` of rank 0's run, waiting
-        for it up to PEER_WAIT_S (then None, and no archive of rank 0 is looked for again; at once when rank 0's
-        folder holds no run.json of this recording)."""
+        """{entry: (CRC-32, size)} of rank 0's complete archive `path` of rank 0's run (its central directory),
+        waiting for it up to PEER_WAIT_S (then None, and no archive of rank 0 is looked for again; at once when rank
+        0's folder holds no run.json of this recording)."""
         deadline = time.monotonic() + PEER_WAIT_S
         pause = 0.0005
         folder, _, started = self._peer
@@ -332,10 +363,9 @@ class _Writer:
         while True:
             try:
                 if os.path.exists(path):
-                    data = self._read_peer(path)
-                    found = _zip_entries(data)
+                    found = _zip_directory(path)
                     if found is not None and found[0] == b"ddpcheck-run " + self.peer_run.encode("ascii"):
-                        return data, found[1]  # (an archive of an earlier run is waited past: rank 0 rewrites it)
+                        return found[1]  # (an archive of an earlier run is waited past: rank 0 rewrites it)
                 index = os.path.join(folder, "index.json")
                 if os.path.exists(index) and os.stat(index).st_mtime >= started:
                     deadline = min(deadline, time.monotonic() + 0.05)  # rank 0 closed: it will not come
@@ -346,29 +376,6 @@ class _Writer:
                 return None
             time.sleep(pause)
             pause = min(2 * pause, 0.01)
-
-    def _read_peer(self, path):
-        """The bytes of `path` (rank 0's archive) in a buffer reused from call to call, read past the page cache
-        (O_DIRECT) where rank 0 wrote it so."""
-        direct = self._direct_ok(os.path.dirname(path))
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0) | (os.O_DIRECT if direct else 0))
-        try:
-            size = os.fstat(fd).st_size
-            buf = self._buffer("_peer_buf", -(-max(size, 1) // _ALIGN) * _ALIGN)
-            try:
-                if hasattr(os, "preadv"):
-                    got = os.preadv(fd, [buf], 0)
-                else:
-                    with os.fdopen(os.dup(fd), "rb", 0) as f:
-                        got = f.readinto(buf)
-            except OSError as e:
-                if not direct or e.errno != errno.EINVAL:
-                    raise
-                self._direct_dirs[os.path.dirname(path)] = False
-                return self._read_peer(path)
-        finally:
-            os.close(fd)
-        return np.frombuffer(buf, np.uint8, count=min(got, size))
 
     def _buffer(self, attr, size):
         """A page-aligned buffer of at least `size` bytes (an anonymous mapping), kept in self.<attr> and reused."""
@@ -400,17 +407,24 @@ class _Writer:
             header = self._headers[key] = buf.getvalue()[:buf.tell() - a.nbytes]
         return [header, a.reshape(-1).view(np.uint8)]
 
-    def _zip(self, entries):
+    def _crc(self, pieces):
+        crc = 0
+        for d in pieces:
+            crc = _crc32(d, crc)
+        return crc
+
+    def _zip(self, entries, crcs=None):
         """A stored (uncompressed) zip of the entries, as pieces: each entry's local header and .npy bytes, then the
         central directory and its end record. Fixed timestamps (1980-01-01), so equal tensors give equal bytes;
-        no zip64: the recorder keeps an archive under 4 GiB and 65535 entries (ARCHIVE_LIMIT)."""
+        no zip64: the recorder keeps an archive under 4 GiB and 65535 entries (ARCHIVE_LIMIT). crcs: {entry: its
+        CRC-32} already computed."""
         pieces, central, offset = [], [], 0
         for name, a in entries:
             data = self._npy(a)
             size = sum(len(d) if isinstance(d, bytes) else d.nbytes for d in data)
-            crc = 0
-            for d in data:
-                crc = zlib.crc32(d, crc)
+            crc = crcs.get(name) if crcs else None
+            if crc is None:
+                crc = self._crc(data)
             raw = name.encode("utf-8")
             flags = 0 if raw.isascii() else 0x800  # bit 11: the name is UTF-8
             pieces.append(_ZIP_LOCAL.pack(0x04034B50, 20, flags, 0, 0, _ZIP_DATE, crc, size, size, len(raw), 0) + raw)
@@ -558,54 +572,43 @@ _ZIP_END = struct.Struct("<IHHHHIIH")
 _ZIP_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01, the earliest date a zip holds
 
 
-def _zip_entries(data):
-    """(comment, {entry name: (data offset, size)}) of `data`, a stored zip as _Writer._zip writes it (a comment of
-    at most 64 bytes, no zip64), or None when it is not (yet) one: its end record is written last."""
-    size = len(data)
-    tail = bytes(data[max(0, size - _ZIP_END.size - 64):])
-    at = tail.rfind(b"PK\x05\x06")
-    if at < 0 or at + _ZIP_END.size > len(tail):
-        return None
-    sig, _, _, _, count, cd_size, cd_offset, comment_len = _ZIP_END.unpack_from(tail, at)
-    end = size - len(tail) + at
-    if at + _ZIP_END.size + comment_len != len(tail) or cd_offset + cd_size != end:
-        return None
-    comment = tail[at + _ZIP_END.size:]
-    directory = bytes(data[cd_offset:end])
+def _zip_directory(path):
+    """(comment, {entry name: (CRC-32, size)}) of the file `path`, a stored zip as _Writer._zip writes it (a comment
+    of at most 64 bytes, no zip64), read from its end (its central directory and end record only), or None when it
+    is not (yet) one: the end record is written last, and a direct write's padding is cut off after it."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size - (64 << 10))
+        tail = os.pread(f.fileno(), size - start, start)
+        at = tail.rfind(b"PK\x05\x06", max(0, len(tail) - _ZIP_END.size - 64))
+        if at < 0 or at + _ZIP_END.size > len(tail):
+            return None
+        sig, _, _, _, count, cd_size, cd_offset, comment_len = _ZIP_END.unpack_from(tail, at)
+        end = start + at
+        if at + _ZIP_END.size + comment_len != len(tail) or cd_offset + cd_size != end:
+            return None
+        comment = tail[at + _ZIP_END.size:]
+        if cd_offset >= start:
+            directory = tail[cd_offset - start:at]
+        else:
+            directory = os.pread(f.fileno(), cd_size, cd_offset)
+            if len(directory) != cd_size:
+                return None
     out, at = {}, 0
     for _ in range(count):
         if at + _ZIP_CENTRAL.size > len(directory):
             return None
         fields = _ZIP_CENTRAL.unpack_from(directory, at)
-        method, size, stored, name_len, extra_len, comment_len, local = (fields[4], fields[8], fields[9], fields[10],
-                                                                         fields[11], fields[12], fields[16])
+        method, crc, size, stored, name_len, extra_len, comment_len, local = (
+            fields[4], fields[7], fields[8], fields[9], fields[10], fields[11], fields[12], fields[16])
         if fields[0] != 0x02014B50 or method != 0 or size != stored or extra_len or comment_len:
             return None
         name = directory[at + _ZIP_CENTRAL.size:at + _ZIP_CENTRAL.size + name_len].decode("utf-8")
-        start = local + _ZIP_LOCAL.size + name_len
-        if start + size > cd_offset:
+        if local + _ZIP_LOCAL.size + name_len + size > cd_offset:
             return None
-        out[name] = (start, size)
+        out[name] = (crc, size)
         at += _ZIP_CENTRAL.size + name_len
     return comment, out
-
-
-def _holds(data, where, pieces):
-    """Whether data[offset:offset + size] (where = (offset, size)) are the pieces' bytes."""
-    offset, size = where
-    if size != sum(len(p) if isinstance(p, bytes) else p.nbytes for p in pieces):
-        return False
-    at = offset
-    for p in pieces:
-        mine = np.frombuffer(p, np.uint8) if isinstance(p, bytes) else p
-        n = mine.size
-        theirs = data[at:at + n]
-        if n % 8 == 0 and at % 8 == 0 and mine.ctypes.data % 8 == 0:
-            mine, theirs = mine.view(np.uint64), theirs.view(np.uint64)
-        if not np.array_equal(mine, theirs):
-            return False
-        at += n
-    return True
 
 
 _DIRECT_FS = ("ext2", "ext3", "ext4", "xfs", "btrfs")
@@ -629,39 +632,6 @@ def _direct_fs(folder):
     except OSError:
         return False
     return kind in _DIRECT_FS
-
-
-def _bits(a):
-    """a (a numpy array) as unsigned integers of its item size, flat in C order: equal bits, equal values."""
-    a = np.ascontiguousarray(a).reshape(-1)
-    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def _concatenates(flat, parts):
-    """Whether the 1-D tensor `flat` is bitwise the parts (tensors, flattened in C order) one after another, as
-    ddpcheck rebuilds a bucket marked reduced_is_grads from the step's grads."""
-    if any(p is None or p.dtype != flat.dtype or p.device != flat.device for p in parts) or flat.dim() != 1:
-        return False
-    if sum(p.numel() for p in parts) != flat.numel() or flat.element_size() not in (1, 2, 4, 8):
-        return False
-    if flat.device.type != "cpu" or flat.dtype not in (torch.float32, torch.float64):
-        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(flat.element_size())
-        if ints is None:
-            return False
-        at = 0
-        for p in parts:
-            n = p.numel()
-            if not torch.equal(flat[at:at + n].view(ints), p.detach().reshape(-1).view(ints)):
-                return False
-            at += n
-        return True
-    whole, at = _bits(flat.detach().numpy()), 0
-    for p in parts:
-        n = p.numel()
-        if not np.array_equal(whole[at:at + n], _bits(p.detach().numpy())):
-            return False
-        at += n
-    return True
 
 
 def _renamed(v, names):
@@ -767,7 +737,7 @@ class DdpRecorder:
         self.ref = _protocol.Reference(self.module, loss_fn) if reference else None
         self.buckets = _protocol.BucketTap(ddp_model, self._pindex, self.world) if ddp_model is not self.module \
             else None
-        self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total)
+        self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total, self.buckets)
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
                        self.module.register_forward_pre_hook(self._on_module_forward)]
         if self.ref is not None and self.ref.user_loss is not None:
@@ -925,16 +895,14 @@ class DdpRecorder:
         if self.buckets is not None:
             taken = self.buckets.take()
             last = {b["index"]: k for k, b in enumerate(taken)}
-            by_index = [grads[n] if step_grads is not None else None for n, _ in named]
             rec["buckets"] = []
             for k, b in enumerate(taken):
                 e = {"index": b["index"], "params": b["params"],
                      "local": self._save("%s.b%d.%d.local" % (p, b["index"], k), b["local"], True)}
-                if b["reduced"] is None:
+                if b["reduced_is_grads"] and last[b["index"]] == k:
+                    e["reduced_is_grads"] = True  # bitwise the grads optimizer.step saw (grads_at_step): not written
+                elif b["reduced"] is None:
                     e["reduced"] = None
-                elif last[b["index"]] == k and _concatenates(b["reduced"], [by_index[i] if 0 <= i < len(by_index)
-                                                                            else None for i in b["params"]]):
-                    e["reduced_is_grads"] = True  # bitwise the grads the optimizer saw: not written twice
                 else:
                     e["reduced"] = self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True, True)
                 rec["buckets"].append(e)

@@ -12,6 +12,7 @@ Works for any nn.Module: nothing here needs to understand the model.
 import copy
 import types
 
+import numpy as np
 import torch
 import torch.distributed as _dist
 from torch import nn
@@ -35,16 +36,37 @@ def check_dtypes(module):
                     % (mname or "<root>", type(m).__name__, pname, t.dtype, t.dtype, t.dtype, t.dtype))
 
 
+def same_bits(a, b):
+    """Whether the 1-D tensors a and b (same dtype and device) hold the same bits: -0.0 is not 0.0, a NaN equals
+    only the same NaN."""
+    if a.dtype != b.dtype or a.device != b.device or a.shape != b.shape:
+        return False
+    size = a.element_size()
+    if a.device.type == "cpu" and size in (4, 8) and a.dtype in (torch.float32, torch.float64):
+        kind = np.uint32 if size == 4 else np.uint64
+        return bool(np.array_equal(a.detach().numpy().view(kind), b.detach().numpy().view(kind)))
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
+    return ints is not None and torch.equal(a.detach().view(ints), b.detach().view(ints))
+
+
 class BucketTap:
     """Registers itself as DDP's comm hook at the first forward through DDP, wrapping a hook the user
-    registers later with ddp.register_comm_hook (a hook registered before the recorder cannot be seen)."""
+    registers later with ddp.register_comm_hook (a hook registered before the recorder cannot be seen).
+
+    The reduced bucket of DDP's own all-reduce (no user hook, gradient_as_bucket_view=False) is not copied when the
+    all-reduce completes: it is DDP's bucket buffer, which nothing writes until the next backward after the next
+    forward through DDP. At optimizer.step (grads_at_step) the step's grads are copied into one flat tensor per
+    bucket and compared with it: bitwise equal (the common case), the bucket is marked reduced_is_grads and never
+    copied; else (grads unscaled or clipped since) it is copied then. Whatever is still uncopied is copied at the
+    next forward through DDP (arm) or at take()."""
 
     def __init__(self, ddp, param_index, world):
         self.ddp, self.param_index, self.world = ddp, param_index, world
         self.user = None  # (state, hook) the user registered through the patched method
         self.registered = False
         self.note = None
-        self.buckets = []  # this step's: (index, [param indices], local clone, reduced future or tensor)
+        self.buckets = []  # this step's entries: index, params (indices), tensors, local copy, reduced
+        self._lazy = not bool(getattr(ddp, "gradient_as_bucket_view", False))
         self._original = getattr(ddp, "register_comm_hook", None)
         if self._original is not None:
             ddp.register_comm_hook = self._user_register
@@ -56,6 +78,7 @@ class BucketTap:
         self.user = (state, hook)
 
     def arm(self):
+        self._copy_pending()  # the backward this forward leads to rewrites DDP's bucket buffers
         if self.registered or self._original is None:
             return
         self.registered = True
@@ -65,16 +88,30 @@ class BucketTap:
             self.note = ("buckets not recorded: a DDP comm hook was registered before DdpRecorder (%s); construct "
                          "the recorder first and register the hook after it" % str(e).splitlines()[0])
 
+    def _copy_pending(self, keep_last_grads=False):
+        """Copies the reduced buckets still held as DDP's buffers; keep_last_grads: not those of the last entry of
+        their bucket marked reduced_is_grads (the step's grads hold them)."""
+        last = {e["index"]: e for e in self.buckets} if keep_last_grads else {}
+        for e in self.buckets:
+            if e["pending"] and not (e["reduced_is_grads"] and last.get(e["index"]) is e):
+                e["reduced"], e["pending"] = e["reduced"].detach().clone(), False
+
     def _hook(self, _state, bucket):
-        idx = [self.param_index.get(id(p), -1) for p in bucket.parameters()]
+        tensors = list(bucket.parameters())
+        idx = [self.param_index.get(id(p), -1) for p in tensors]
         buf = bucket.buffer()
-        entry = {"index": int(bucket.index()), "params": idx, "local": buf.detach().clone(), "reduced": None}
+        entry = {"index": int(bucket.index()), "params": idx, "tensors": tensors, "local": buf.detach().clone(),
+                 "reduced": None, "pending": False, "reduced_is_grads": False}
         self.buckets.append(entry)
+        lazy = self._lazy and self.user is None
 
         def keep(f):  # the reduced bucket, kept as the future completes (one callback: it runs on gloo's thread)
             out = f.value()
             out = out[0] if isinstance(out, (list, tuple)) else out
-            entry["reduced"] = out.detach().clone()
+            if lazy and out is buf:  # DDP's own buffer: compared with the grads at optimizer.step, copied if needed
+                entry["reduced"], entry["pending"] = out, True
+            else:
+                entry["reduced"] = out.detach().clone()
             return out
         if self.user is not None:
             return self.user[1](self.user[0], bucket).then(keep)
@@ -82,7 +119,37 @@ class BucketTap:
         buf.mul_(1.0 / self.world)
         return _dist.all_reduce(buf, async_op=True).get_future().then(keep)
 
+    def grads_at_step(self, params):
+        """{id(param): a copy of its grad} for the params (those with a grad), as optimizer.step sees them: the
+        grads of each bucket of this step's last synced backward copied into one flat tensor, which is compared
+        with the bucket's reduced result (marked reduced_is_grads where bitwise equal; the reduced result copied
+        where it is still DDP's buffer and differs); any other param's grad copied alone."""
+        out, last = {}, {}
+        for e in self.buckets:
+            last[e["index"]] = e
+        for e in last.values():
+            grads = [p.grad for p in e["tensors"]]
+            red = e["reduced"]
+            if red is None or any(g is None or g.dtype != red.dtype or g.device != red.device for g in grads) or \
+                    sum(g.numel() for g in grads) != red.numel() or red.dim() != 1:
+                continue
+            flat = torch.cat([g.detach().reshape(-1) for g in grads]) if len(grads) > 1 else \
+                grads[0].detach().reshape(-1).clone()
+            e["reduced_is_grads"] = min(e["params"]) >= 0 and same_bits(flat, red)
+            if e["pending"] and not e["reduced_is_grads"]:
+                e["reduced"], e["pending"] = red.detach().clone(), False
+            at = 0
+            for p, g in zip(e["tensors"], grads):
+                n = g.numel()
+                out[id(p)] = flat[at:at + n].view(g.shape)
+                at += n
+        for p in params:
+            if p.grad is not None and id(p) not in out:
+                out[id(p)] = p.grad.detach().clone()
+        return out
+
     def take(self):
+        self._copy_pending(keep_last_grads=True)
         out, self.buckets = self.buckets, []
         return out
 
@@ -90,14 +157,14 @@ class BucketTap:
 class StepTap:
     """optimizer.step wrapped (a bound method, so lr schedulers created later can still wrap it)."""
 
-    def __init__(self, opt, scheduler_count=lambda: 0):
+    def __init__(self, opt, scheduler_count=lambda: 0, buckets=None):
         self.opt = opt
         self.calls = 0
         self.scheduler_count = scheduler_count
         self.schedulers_before = None  # scheduler.step() calls so far, at the last step
         self.lrs = None  # each group's lr at the last step
         self.hyper = None  # each group's hyper-parameters at the last step (OneCycleLR cycles momentum/betas)
-        self.grads = None  # {id(param): grad clone} at the last step
+        self.grads = None  # {id(param): grad copy} at the last step
         original = opt.step
 
         def step(_self, *args, **kwargs):
@@ -106,8 +173,11 @@ class StepTap:
             self.lrs = [float(g["lr"]) for g in opt.param_groups]
             self.hyper = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()
                            if k != "params" and isinstance(v, (int, float, bool, tuple))} for g in opt.param_groups]
-            self.grads = {id(p): p.grad.detach().clone() for g in opt.param_groups for p in g["params"]
-                          if p.grad is not None}
+            params = [p for g in opt.param_groups for p in g["params"]]
+            if buckets is not None:
+                self.grads = buckets.grads_at_step(params)
+            else:
+                self.grads = {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
             return original(*args, **kwargs)
         if getattr(original, "_with_counter", False):
             step._with_counter = True

@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""Unit tests of tools/ddpcheck_torch.py's writer and DDP taps, on real files and a real gloo process group (W=1):
+  * the CRC-32 the archives carry (ISA-L's where libisal2 is installed) is zlib's, for any size and alignment;
+  * rank r > 0 names rank 0's entry only where its bytes are rank 0's: one flipped bit, -0.0 against 0.0, another
+    shape over the same bytes, or a tensor not marked shared is written, and every archive np.load reads (its CRCs
+    checked by zipfile) holds what was given;
+  * the reduced bucket DDP's own all-reduce leaves is kept without a copy and marked reduced_is_grads when the grads
+    optimizer.step sees are it, and copied, holding the all-reduce's result, when they are not (grads clipped), or
+    when a second synced backward in the step rewrites DDP's buffer.
+Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
+import os
+import sys
+import tempfile
+import time
+import unittest
+import zipfile
+import zlib
+
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+except ImportError:
+    print("SKIP: no torch/numpy for /usr/bin/python3")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import ddpcheck_torch  # noqa: E402
+
+
+class Crc(unittest.TestCase):
+    def test_matches_zlib_for_any_size_and_offset(self):
+        rng = np.random.default_rng(0)
+        raw = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+        for size in (0, 1, 7, 4095, 4096, 4097, 65537, 1 << 20):
+            for start in (0, 1, 13):
+                a = raw[start:start + size]
+                if a.size != size:
+                    continue
+                self.assertEqual(ddpcheck_torch._crc32(a), zlib.crc32(a.tobytes()), (size, start))
+                self.assertEqual(ddpcheck_torch._crc32(a, 12345), zlib.crc32(a.tobytes(), 12345), (size, start))
+
+
+class PeerAliases(unittest.TestCase):
+    def _archive(self, folder, run, entries, shared, peer=None):
+        w = ddpcheck_torch._Writer(run=run, peer=peer)
+        w.close((os.path.join(folder, "s0.npz"), entries, [], set(shared)), 0)
+        self.assertIsNone(w.failure)
+        return w
+
+    @staticmethod
+    def _folders():
+        """rank0/ (its run.json saying run "A") and rank1/ of a fresh dump folder."""
+        root = tempfile.mkdtemp()
+        r0, r1 = os.path.join(root, "rank0"), os.path.join(root, "rank1")
+        os.makedirs(r0)
+        os.makedirs(r1)
+        with open(os.path.join(r0, "run.json"), "w") as f:
+            f.write('{"run": "A"}')
+        return r0, r1
+
+    def test_only_bitwise_equal_shared_entries_are_named(self):
+        r0, r1 = self._folders()
+        rng = np.random.default_rng(1)
+        same = rng.standard_normal((64, 33)).astype(np.float32)
+        flip = rng.standard_normal(5000).astype(np.float32)
+        zero = np.zeros(2048, np.float32)
+        shape = rng.standard_normal((16, 16)).astype(np.float64)
+        local = rng.standard_normal(100).astype(np.float32)
+        mine = {"same.npy": same.copy(), "flip.npy": flip.copy(), "zero.npy": -zero, "shape.npy": shape.reshape(8, 32),
+                "local.npy": local.copy(), "only_mine.npy": same.copy()}
+        mine["flip.npy"].view(np.uint32)[4321] ^= 1  # one bit of one element
+        theirs = {"same.npy": same, "flip.npy": flip, "zero.npy": zero, "shape.npy": shape, "local.npy": local}
+        self._archive(r0, "A", list(theirs.items()), theirs)
+        w = self._archive(r1, "B", list(mine.items()), set(mine) - {"local.npy"},
+                          peer=(r0, "../rank0", time.time()))
+        self.assertEqual(w.peer_run, "A")
+        self.assertEqual(w.aliases, {"s0.npz/same.npy": "../rank0/s0.npz/same.npy"})
+        with zipfile.ZipFile(os.path.join(r1, "s0.npz")) as z:
+            self.assertIsNone(z.testzip())  # every CRC-32 checked
+            self.assertEqual(sorted(z.namelist()), ["flip.npy", "local.npy", "only_mine.npy", "shape.npy",
+                                                    "zero.npy"])
+        with np.load(os.path.join(r1, "s0.npz")) as got:
+            for name in ("flip.npy", "local.npy", "only_mine.npy", "shape.npy", "zero.npy"):
+                want = mine[name]
+                self.assertEqual(got[name[:-4]].shape, want.shape)
+                self.assertTrue(np.array_equal(got[name[:-4]].view(np.uint8), want.view(np.uint8)), name)
+        with np.load(os.path.join(r0, "s0.npz")) as got:
+            self.assertTrue(np.array_equal(got["same"], same))
+
+    def test_an_archive_of_another_run_is_not_named(self):
+        r0, r1 = self._folders()
+        a = np.arange(4096, dtype=np.float32)
+        self._archive(r0, "OLD", [("x.npy", a)], {"x.npy"})  # left by an earlier run in the same folder
+        with open(os.path.join(r0, "index.json"), "w") as f:
+            f.write("{}")  # rank 0 closed: the writer stops waiting for its archive
+        os.utime(os.path.join(r0, "index.json"), (time.time() + 5, time.time() + 5))
+        w = self._archive(r1, "B", [("x.npy", a.copy())], {"x.npy"}, peer=(r0, "../rank0", time.time()))
+        self.assertEqual(w.aliases, {})
+        with np.load(os.path.join(r1, "s0.npz")) as got:
+            self.assertTrue(np.array_equal(got["x"], a))
+
+
+class BucketTaps(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+
+    def _record(self, clip=False, backwards=1, steps=3):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=tempfile.mkdtemp(),
+                                         reference=False)
+        seen = []
+        real_hook = rec.buckets._hook
+
+        def hook(state, bucket):  # what the all-reduce leaves in each bucket, as DDP copies it into the grads
+            fut = real_hook(state, bucket)
+
+            def keep(f):
+                v = f.value()
+                v = v[0] if isinstance(v, (list, tuple)) else v
+                seen.append((int(bucket.index()), v.clone()))
+                return v
+            return fut.then(keep)
+        rec.buckets._hook = hook
+        for s in range(steps):
+            opt.zero_grad()
+            seen.clear()
+            for _ in range(backwards):
+                x, y = torch.randn(4, 8), torch.randn(4, 3)
+                nn.MSELoss()(ddp(x), y).backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1e-3)
+            opt.step()
+            taken = list(rec.buckets.buckets)
+            rec.step(torch.arange(4) + 4 * s, x, y)
+            self.assertEqual(len(taken), len(seen))
+            for e, (index, reduced) in zip(taken, seen):
+                self.assertEqual(e["index"], index)
+                yield s, e, reduced, rec.steps[-1]
+        rec.close()
+
+    def test_plain_step_marks_every_bucket_reduced_is_grads_without_a_copy(self):
+        n = 0
+        for _, e, reduced, step in self._record():
+            self.assertTrue(e["reduced_is_grads"])
+            n += 1
+        self.assertGreaterEqual(n, 3)
+        self.assertTrue(all(b.get("reduced_is_grads") for b in step["buckets"]))
+
+    def test_clipped_grads_keep_the_all_reduce_result(self):
+        for _, e, reduced, step in self._record(clip=True):
+            self.assertFalse(e["reduced_is_grads"])
+            self.assertFalse(e["pending"])
+            self.assertTrue(torch.equal(e["reduced"].view(torch.int32), reduced.view(torch.int32)))
+        self.assertTrue(all("reduced" in b and b["reduced"] for b in step["buckets"]))
+
+    def test_a_second_synced_backward_does_not_overwrite_the_first(self):
+        entries = list(self._record(backwards=2))
+        for _, e, reduced, _ in entries:
+            self.assertFalse(e["pending"] and not e["reduced_is_grads"])
+            if not e["reduced_is_grads"]:
+                self.assertTrue(torch.equal(e["reduced"].view(torch.int32), reduced.view(torch.int32)))
+        by_step = {}
+        for s, e, _, _ in entries:
+            by_step.setdefault(s, []).append(e["reduced_is_grads"])
+        for flags in by_step.values():  # the first backward's buckets copied, the last's the grads
+            half = len(flags) // 2
+            self.assertEqual(flags, [False] * half + [True] * half)
+
+
+if __name__ == "__main__":
+    unittest.main()
