@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -39,16 +39,33 @@ bool IsRankInvariant(Checkpoint c, const std::string& tensor) {
   }
 }
 
-int64_t OrderedBits(double v, DType dtype) {
+// The bits as an integer ordered like the values (-0.0 and +0.0 both 0): a negative value's bits i give
+// MIN - i, written without a branch (the sign is a coin toss per element): with m = i >> (bits - 1) (0 or -1),
+// (i ^ (m & MAX)) - m.
+inline int64_t OrderedBits(double v, DType dtype) {
   if (dtype == DType::kFloat64) {
     int64_t i;
     std::memcpy(&i, &v, sizeof i);
-    return i < 0 ? std::numeric_limits<int64_t>::min() - i : i;
+    const int64_t m = i >> 63;
+    return static_cast<int64_t>((static_cast<uint64_t>(i) ^ (static_cast<uint64_t>(m) >> 1)) - static_cast<uint64_t>(m));
   }
   const auto f = static_cast<float>(v);
-  int32_t i;
-  std::memcpy(&i, &f, sizeof i);
-  return i < 0 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min()) - i : i;
+  int32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const int64_t i = bits, m = i >> 63;
+  return (i ^ (m & std::numeric_limits<int32_t>::max())) - m;
+}
+
+// UlpDistance, defined before the comparison's loop that calls it per element.
+inline double Ulps(double a, double b, DType dtype) {
+  if (a == b) return 0;
+  // |x - y| in unsigned arithmetic (the difference of two int64s needs 64 bits unsigned: -max vs +max would
+  // overflow an int64), both differences computed and one selected: which is larger is a coin toss per element,
+  // and a branch on it was mispredicted half the time.
+  const int64_t x = OrderedBits(a, dtype), y = OrderedBits(b, dtype);
+  const uint64_t up = static_cast<uint64_t>(x) - static_cast<uint64_t>(y);
+  const uint64_t down = static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+  return static_cast<double>(x > y ? up : down);
 }
 
 // Compares two tensors; returns a Mismatch (kind unset) when they differ beyond `budget_for(scale)`, or, with
@@ -86,10 +103,9 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
       if (w != 0 && std::isfinite(w)) sensitivity = std::min(sensitivity, 2 * b / std::abs(w));
     }
     if (abs_err != 0) {  // equal values add nothing to the maxima
-      const double rel = w != 0 ? abs_err / std::abs(w) : INFINITY;
-      const double ulps = std::isfinite(g) && std::isfinite(w) ? UlpDistance(g, w, dt) : INFINITY;
+      const double ulps = std::isfinite(g) && std::isfinite(w) ? Ulps(g, w, dt) : INFINITY;
       max_abs = std::max(max_abs, abs_err);
-      max_rel = std::max(max_rel, rel);
+      max_rel = std::max(max_rel, w != 0 ? abs_err / std::abs(w) : INFINITY);
       max_ulps = std::max(max_ulps, ulps);
     }
     if (!ok) {
@@ -145,15 +161,7 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
 
 }  // namespace
 
-double UlpDistance(double a, double b, DType dtype) {
-  if (a == b) return 0;
-  // |x - y| in unsigned arithmetic: the difference of two int64s needs 64 bits unsigned (-max vs +max would
-  // overflow an int64).
-  const int64_t x = OrderedBits(a, dtype), y = OrderedBits(b, dtype);
-  const uint64_t d = x > y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y)
-                           : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
-  return static_cast<double>(d);
-}
+double UlpDistance(double a, double b, DType dtype) { return Ulps(a, b, dtype); }
 
 double TolerancePolicy::Budget(Checkpoint c, int64_t step, double scale) const {
   if (exact || IsExactCheckpoint(c)) return 0.0;
@@ -269,27 +277,48 @@ void CompareResult::Merge(const CompareResult& other) {
   std::sort(mismatches.begin(), mismatches.end(), [](const Mismatch& a, const Mismatch& b) { return a.key < b.key; });
 }
 
-std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want,
-                                                                 std::map<const Tensor*, double>* own) {
+std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want, std::map<const Tensor*, double>* own,
+                                                                 const std::set<std::pair<int64_t, Checkpoint>>* only) {
+  // Each distinct value once: the ranks' records of a value they share (Trace::Add) are one tensor.
   struct Scale {
-    const TraceKey* key;
-    const Tensor* value;
     double finite = 0, all = 0;
   };
-  std::vector<Scale> scales;
-  for (const auto& [key, value] : want.records()) scales.push_back({&key, value.get()});
-  ParallelFor(static_cast<int64_t>(scales.size()), [&](int64_t i) {
-    Scale& sc = scales[static_cast<size_t>(i)];
-    for (double v : sc.value->data) {
-      if (std::isfinite(v)) sc.finite = std::max(sc.finite, std::abs(v));
-      sc.all = std::max(sc.all, std::abs(v));
+  std::map<const Tensor*, size_t> index;
+  std::vector<const Tensor*> distinct;
+  auto wanted = [&](const TraceKey& key) { return !only || only->count({key.step, key.checkpoint}) > 0; };
+  for (const auto& [key, value] : want.records()) {
+    if (wanted(key) && index.emplace(value.get(), distinct.size()).second) distinct.push_back(value.get());
+  }
+  std::vector<Scale> scales(distinct.size());
+  ParallelFor(static_cast<int64_t>(distinct.size()), [&](int64_t i) {
+    // Four independent maxima (one chain waits on each max's latency); a maximum does not depend on the order,
+    // and each ignores a NaN as std::max(m, NaN) does.
+    const std::vector<double>& data = distinct[static_cast<size_t>(i)]->data;
+    double finite[4] = {0, 0, 0, 0}, all[4] = {0, 0, 0, 0};
+    const size_t n = data.size(), whole = n - n % 4;
+    for (size_t k = 0; k < whole; k += 4) {
+      for (size_t l = 0; l < 4; ++l) {
+        const double a = std::abs(data[k + l]);
+        finite[l] = a <= std::numeric_limits<double>::max() ? std::max(finite[l], a) : finite[l];  // NaN: false
+        all[l] = std::max(all[l], a);
+      }
     }
+    for (size_t k = whole; k < n; ++k) {
+      const double a = std::abs(data[k]);
+      finite[0] = a <= std::numeric_limits<double>::max() ? std::max(finite[0], a) : finite[0];
+      all[0] = std::max(all[0], a);
+    }
+    Scale& sc = scales[static_cast<size_t>(i)];
+    sc.finite = std::max(std::max(finite[0], finite[1]), std::max(finite[2], finite[3]));
+    sc.all = std::max(std::max(all[0], all[1]), std::max(all[2], all[3]));
   });
   std::map<std::pair<int64_t, Checkpoint>, double> at;
-  for (const Scale& sc : scales) {
-    double& m = at[{sc.key->step, sc.key->checkpoint}];
+  for (const auto& [key, value] : want.records()) {
+    if (!wanted(key)) continue;
+    const Scale& sc = scales[index[value.get()]];
+    double& m = at[{key.step, key.checkpoint}];
     m = std::max(m, sc.finite);
-    if (own) (*own)[sc.value] = sc.all;
+    if (own) (*own)[value.get()] = sc.all;
   }
   return at;
 }
@@ -337,9 +366,6 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
                             int64_t policy_step, const StepRange& range) {
   CompareResult result;
   result.derivation = policy.Derivation();
-  // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
-  // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
-  const std::map<std::pair<int64_t, Checkpoint>, double> scale_at = ReferenceScales(want);
   // The ranks of a step usually hold bitwise the same tensor (DDP's parameters and reduced gradients): one
   // comparison serves every rank whose tensor equals the one just compared against the same reference value
   // and bound (the same inputs give the same result), which is a memcmp (a pointer compare for a value the
@@ -379,6 +405,19 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
                         BitwiseEqual(*last->got, value);
     jobs.push_back(Compared{key, value.get(), w, bound, repeat ? jobs.back().computed : jobs.size(), {}, {}, 0.0});
   }
+  auto exact_for = [&](const Compared& c) {
+    return policy.exact || !IsFloating(c.want->dtype) || IsExactCheckpoint(c.key.checkpoint);
+  };
+  // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
+  // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
+  // Needed only where a value is compared against a budget (no exact rule, no element-wise bound).
+  std::set<std::pair<int64_t, Checkpoint>> budgeted;
+  for (const Compared& c : jobs) {
+    const bool bounded = c.bound && static_cast<int64_t>(c.bound->data.size()) == c.want->numel();  // CompareTensor's rule
+    if (!exact_for(c) && !bounded) budgeted.insert({c.key.step, c.key.checkpoint});
+  }
+  const std::map<std::pair<int64_t, Checkpoint>, double> scale_at =
+      budgeted.empty() ? std::map<std::pair<int64_t, Checkpoint>, double>() : ReferenceScales(want, nullptr, &budgeted);
   ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     Compared& c = jobs[static_cast<size_t>(i)];
     if (c.computed != static_cast<size_t>(i)) return;
@@ -387,7 +426,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     const auto sc = scale_at.find({key.step, key.checkpoint});
     const double step_scale = sc == scale_at.end() ? 0.0 : sc->second;
     c.m = CompareTensor(
-        *c.got, *c.want, policy.exact || !IsFloating(c.want->dtype) || IsExactCheckpoint(key.checkpoint),
+        *c.got, *c.want, exact_for(c),
         [&](double scale) { return policy.Budget(key.checkpoint, budget_step, std::max(scale, step_scale)); },
         &c.stats, &c.max_abs, c.bound ? &c.bound->data : nullptr);
   });

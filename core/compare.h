@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,9 +88,11 @@ struct CompareResult {
 
 CompareResult CheckRankInvariants(const Trace& trace);
 // What a budget scales with: per (step, checkpoint) the largest finite |value| of `want` over all its tensors,
-// and with `own`, per tensor its largest |value| (an infinity included). Computed on every core.
-std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want,
-                                                                 std::map<const Tensor*, double>* own = nullptr);
+// and with `own`, per tensor its largest |value| (an infinity included). Computed on every core, each tensor
+// the ranks share once; with `only`, for those (step, checkpoint) alone.
+std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(
+    const Trace& want, std::map<const Tensor*, double>* own = nullptr,
+    const std::set<std::pair<int64_t, Checkpoint>>* only = nullptr);
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy);
 // The same with element-wise bounds (reference/error_bounds.h): where `bounds` holds the key of `want` (same
 // shape), element i of a floating, non-exact value passes when |got_i - want_i| <= kBoundSafety * bound_i;
