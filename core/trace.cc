@@ -107,9 +107,25 @@ std::vector<std::shared_ptr<const Tensor>> Trace::TwinsLocked(const TraceKey& ke
   return out;
 }
 
+std::shared_ptr<const Tensor> Trace::SourceTwin(const TraceKey& key, const Tensor& p) const {
+  if (!twin_source_) return nullptr;
+  const auto& theirs = twin_source_->records_;
+  TraceKey other = key;
+  auto it = theirs.find(other);
+  if (it == theirs.end()) {
+    other.rank = key.rank == kAllRanks ? 0 : kAllRanks;
+    it = theirs.find(other);
+  }
+  if (it == theirs.end() || !BitwiseEqual(*it->second.ptr(), p)) return nullptr;
+  return it->second.ptr();
+}
+
 void Trace::Add(const TraceKey& key, Tensor value) {
   auto p = std::make_shared<const Tensor>(std::move(value));
   const bool shareable = p->numel() >= kShareMin;
+  if (shareable) {
+    if (auto twin = SourceTwin(key, *p)) p = std::move(twin);
+  }
   std::vector<std::shared_ptr<const Tensor>> seen;
   if (shareable) {
     // Compared outside the lock: the other ranks keep adding meanwhile.

@@ -95,6 +95,11 @@ class Trace {
   // `same` accepts (a replica's device memory compared in place); false, recording nothing, when none does.
   bool AddTwin(const TraceKey& key, const std::function<bool(const Tensor&)>& same);
   void AddEvent(TraceEvent event);
+  // While set, Add also shares a value of at least kShareMin elements bitwise equal to `other`'s record of the
+  // same key (or of the same (step, checkpoint, tensor) for all ranks / rank 0 where one side records it for all
+  // ranks): a reference run beside the world it checks holds the local gradients both computed alike once.
+  // `other` must outlive the setting and not change meanwhile; nullptr clears it. Copies do not carry it.
+  void SetTwinSource(const Trace* other) { twin_source_ = other; }
   // Moves the records of steps <= last_step (not the events or meta) into the returned trace. Not synchronised
   // with Add.
   Trace TakeSteps(int64_t last_step);
@@ -127,9 +132,12 @@ class Trace {
   // Other ranks' records of key's (step, checkpoint, tensor), distinct values only (taken under mu_).
   std::vector<std::shared_ptr<const Tensor>> Twins(const TraceKey& key) const;
   std::vector<std::shared_ptr<const Tensor>> TwinsLocked(const TraceKey& key) const;  // mu_ held
+  // twin_source_'s value equal to p for key, or nullptr.
+  std::shared_ptr<const Tensor> SourceTwin(const TraceKey& key, const Tensor& p) const;
   mutable std::mutex mu_;
   std::map<TraceKey, SharedTensor> records_;
   std::vector<TraceEvent> events_;
+  const Trace* twin_source_ = nullptr;
 };
 
 // JSON encoding of doubles that keeps NaN and infinities ("nan", "inf", "-inf" strings).

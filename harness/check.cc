@@ -46,7 +46,14 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
   }
   const bool has_oracle = opts.replay && (opts.want.has_value() || s.has_value());
   Produced want;
-  if (has_oracle) DDPCHECK_RETURN_IF_ERROR(ProduceWant(s ? &*s : nullptr, opts, &want).Prefixed("oracle"));
+  if (has_oracle) {
+    // The reference computes much as the run did (a CPU world's local gradients, bitwise): those values are
+    // held once, for the two traces.
+    want.trace.SetTwinSource(&got.trace);
+    const core::Status st = ProduceWant(s ? &*s : nullptr, opts, &want).Prefixed("oracle");
+    want.trace.SetTwinSource(nullptr);
+    DDPCHECK_RETURN_IF_ERROR(st);
+  }
   core::TolerancePolicy policy =
       s ? PolicyFor(opts.got.kind, *s, opts.tf32) : PolicyFromMeta(got.trace, want.trace);
   if (s) {

@@ -12,6 +12,7 @@
 #include "core/train_loop.h"
 #include "core/scenario.h"
 #include "core/trace.h"
+#include "harness/check.h"
 #include "sim/memory_cpu.h"
 #include "sim/world.h"
 #include "tests/test_util.h"
@@ -161,6 +162,64 @@ TEST(TraceShare, TheCpuWorldRecordsDdpsEqualValuesOnceAndBucketContentsOnRequest
     EXPECT_EQ(t.Find({0, Checkpoint::kBucket, "bucket0", 1}) != nullptr, contents);
     EXPECT_TRUE(core::CheckRankInvariants(t).pass);
   }
+}
+
+TEST(TraceShare, ATwinSourceSharesBitwiseEqualValuesOfTheSameKeyOnly) {
+  Trace world;
+  const int64_t n = Trace::kShareMin;
+  world.Add(Key(0), Ramp(n));
+  world.Add({2, Checkpoint::kReduced, "0.weight", core::kAllRanks}, Ramp(n, 2.0));
+  world.Add({2, Checkpoint::kInit, "0.weight", 0}, Ramp(n, 3.0));
+  world.Add({2, Checkpoint::kLoss, "small", 0}, Ramp(n - 1));
+
+  Trace ref;
+  ref.SetTwinSource(&world);
+  ref.Add(Key(0), Ramp(n));  // the same key, bitwise equal: shared
+  EXPECT_EQ(ref.Find(Key(0)), world.Find(Key(0)));
+  Tensor off = Ramp(n);
+  off.data[5] = std::nextafter(off.data[5], -1e9);
+  ref.Add({2, Checkpoint::kParams, "other", 1}, Ramp(n));  // a key the world does not record, for no rank
+  ref.Add({2, Checkpoint::kParams, "0.weight", 2}, off);
+  EXPECT_NE(ref.Find({2, Checkpoint::kParams, "other", 1}), world.Find(Key(0)));
+  EXPECT_TRUE(core::BitwiseEqual(*ref.Find({2, Checkpoint::kParams, "0.weight", 2}), off));
+  // A rank's record and one for all ranks find each other (rank 0 stands for all ranks).
+  ref.Add({2, Checkpoint::kReduced, "0.weight", 1}, Ramp(n, 2.0));
+  EXPECT_EQ(ref.Find({2, Checkpoint::kReduced, "0.weight", 1}),
+            world.Find({2, Checkpoint::kReduced, "0.weight", core::kAllRanks}));
+  ref.Add({2, Checkpoint::kInit, "0.weight", core::kAllRanks}, Ramp(n, 3.0));
+  EXPECT_EQ(ref.Find({2, Checkpoint::kInit, "0.weight", core::kAllRanks}), world.Find({2, Checkpoint::kInit, "0.weight", 0}));
+  // Another checkpoint never; a value below kShareMin elements is copied.
+  ref.Add({2, Checkpoint::kLocalGrad, "0.weight", 0}, Ramp(n));
+  EXPECT_NE(ref.Find({2, Checkpoint::kLocalGrad, "0.weight", 0}), world.Find(Key(0)));
+  ref.Add({2, Checkpoint::kLoss, "small", 0}, Ramp(n - 1));
+  EXPECT_NE(ref.Find({2, Checkpoint::kLoss, "small", 0}), world.Find({2, Checkpoint::kLoss, "small", 0}));
+  // Cleared: copies again.
+  ref.SetTwinSource(nullptr);
+  ref.Add({2, Checkpoint::kParams, "0.weight", 0}, Ramp(n));
+  EXPECT_NE(ref.Find(Key(0)), world.Find(Key(0)));
+}
+
+TEST(TraceShare, TheCheckHoldsTheLocalGradientsTheWorldAndItsReferenceComputedAlikeOnce) {
+  harness::CheckOptions opts;
+  opts.got = {harness::SourceKind::kSim, ""};
+  opts.comm = "local";
+  core::RunReport report;
+  Trace got, want;
+  ASSERT_TRUE(harness::Check(SmallMlp(2), opts, &report, &got, &want).ok());
+  EXPECT_TRUE(report.pass());
+  int shared = 0;
+  for (const auto& [key, v] : want.records()) {
+    const Tensor* mine = got.Find(key);
+    if (v.get() == mine) {
+      ++shared;
+      continue;
+    }
+    if (mine && v->numel() >= Trace::kShareMin) EXPECT_FALSE(core::BitwiseEqual(*v, *mine)) << key.ToString();
+  }
+  // At least step 0's local gradients of the large weight, one per rank: the same float32 arithmetic on the
+  // same weights and shard.
+  EXPECT_GE(shared, 2);
+  EXPECT_EQ(want.Find({0, Checkpoint::kLocalGrad, "0.weight", 1}), got.Find({0, Checkpoint::kLocalGrad, "0.weight", 1}));
 }
 
 }  // namespace
