@@ -359,7 +359,12 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       DType dt = DType::kFloat32;
       ParseDType(ix.value("dtype", std::string("float32")), &dt);
       if (st.contains("loss") && st.at("loss").is_number()) {
-        trace->Add({s, Checkpoint::kLoss, "loss", rank}, Tensor::Scalar(st.at("loss").get<double>(), dt));
+        // A step of several forwards (micro-batches each all-reduced, an evaluation forward) passes rec.step() one
+        // forward's loss, divided or summed as the loop chose: charted, not compared with the step's loss.
+        const auto forwards = [&](const char* k) { return st.contains(k) && st.at(k).is_number_integer() ? st.at(k).get<int64_t>() : 1; };
+        const bool one_forward = std::max(forwards("ddp_forwards"), forwards("module_forwards")) <= 1;
+        trace->Add({s, Checkpoint::kLoss, one_forward ? "loss" : "loss_of_one_forward", rank},
+                   Tensor::Scalar(st.at("loss").get<double>(), dt));
       }
       trace->Add({s, Checkpoint::kLr, "lr", rank}, Tensor::Scalar(st.at("lr").get<double>()));
       if (st.contains("forward_buffers")) {

@@ -4,6 +4,7 @@
 // batch, with BatchNorm statistics per rank shard as under DDP.
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -107,14 +108,14 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
   int64_t max_numel = 0;
   for (const auto& p : r.params) max_numel = std::max(max_numel, p.numel);
   std::string missing;
-  bool any = false, by_replay = false;
+  bool any = false, by_replay = false, several_reductions = false;
   const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
   for (size_t s = 0; s < steps; ++s) {
     std::vector<Side> local;
     std::vector<int> ranks;
     Grads mean;
     int64_t rows = 0, micro = 0;
-    bool autocast = false, complete = true;
+    bool autocast = false, complete = true, step_several = false;
     for (const auto& rank : r.ranks) {
       if (rank.steps.size() <= s) { complete = false; continue; }
       const ProtocolStep& st = rank.steps[s];
@@ -152,12 +153,22 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                                             *st.ref_loss, b), 5});
         }
       }
+      // A step that all-reduced a bucket more than once (a synced backward per micro-batch) has no bucket
+      // holding its local gradient: from the second backward on, a bucket starts from the grads the first
+      // all-reduce left. Its reduced gradient (the last all-reduce's) is still compared below.
+      std::set<int64_t> seen;
+      bool once = true;
+      for (const auto& b : st.buckets) once = seen.insert(b.index).second && once;
+      if (!once) {
+        several_reductions = step_several = true;
+        continue;
+      }
       const Grads got = st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
       local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
                               st.ref_rows + max_numel + r.world, st.autocast, out));
       ranks.push_back(rank.rank);
     }
-    if (local.empty()) continue;
+    if (local.empty() && !step_several) continue;
     const int64_t step = r.ranks[0].steps[s].step;
     std::vector<size_t> bad;
     for (size_t i = 0; i < local.size(); ++i) if (local[i].first) bad.push_back(i);
@@ -201,8 +212,21 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     Side red = Compare(r, step, Checkpoint::kReduced, r.ranks[0].rank, reduced, mean, rows + max_numel + r.world,
                        autocast, out);
     if (red.first) {
-      f->push_back({*red.first, "", fmt::format("the reduced gradient is {:.4g} x the single-process gradient of "
-                                                "the global batch", red.scale), 4});
+      ProtocolFinding fi{*red.first, "", fmt::format("the reduced gradient is {:.4g} x the single-process gradient "
+                                                     "of the global batch", red.scale), 4};
+      // Reached with a factor only where the local gradients could not be compared (a bucket all-reduced more
+      // than once in the step): the same readings as theirs above.
+      if (micro > 1 && (Near(red.scale, static_cast<double>(micro), autocast) || Near(red.scale, 1.0 / micro, autocast))) {
+        fi.pattern = "grad-accum-normalisation";
+        fi.explanation = fmt::format("the reduced gradient is {:.4g} x the mean over the step's {} micro-batches: "
+                                     "the accumulated micro-batch losses were not divided by the window",
+                                     red.scale, micro);
+      } else if (r.world > 1 && Near(red.scale, r.world, autocast)) {
+        fi.pattern = "loss-times-world";
+        fi.explanation = fmt::format("the reduced gradient is {:.4g} x the single-process gradient = W: the loss was "
+                                     "multiplied by the world size (DDP already averages)", red.scale);
+      }
+      f->push_back(fi);
     }
   }
   if (any) {
@@ -213,6 +237,11 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     out->reference += std::string(any ? "; " : "") +
                       "ddpcheck's float64 replay of the run (the recorder's reference='auto' left it the steps "
                       "it replays: the step-local check compares them with the single-process step)";
+  }
+  if (several_reductions) {
+    out->skipped.push_back("local gradients against the single-process reference at steps that all-reduced a bucket "
+                           "more than once (no bucket holds such a step's local gradient; its reduced gradient is "
+                           "compared)");
   }
   if (!missing.empty()) out->skipped.push_back("single-process reference at " + missing);
   if (!any && !by_replay && missing.empty()) {

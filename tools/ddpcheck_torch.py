@@ -643,6 +643,14 @@ def _renamed(v, names):
     return names.get(v, v) if isinstance(v, str) else v
 
 
+# Why a run whose optimizer.step saw gradients other than DDP's reduced ones is checked by protocol only.
+CHANGED_GRADS = ("the gradients optimizer.step saw are not DDP's reduced gradients (changed between the backward and "
+                 "optimizer.step, e.g. by clip_grad_norm_); the replay steps on the reduced ones")
+
+# Why a run that all-reduced a bucket more than once in a step (a synced backward per micro-batch) is not replayed.
+SEVERAL_REDUCTIONS = ("a bucket was all-reduced more than once between two optimizer steps (several synced backwards "
+                      "per step); the replay models one backward per step, or micro-batches under no_sync()")
+
 # The note of a step reference="auto" leaves to ddpcheck's replay (core/dump_protocol.h, kAutoReferenceNote).
 AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's own float64 replay is its "
              "single-process reference")
@@ -895,6 +903,8 @@ class DdpRecorder:
         if self.buckets is not None:
             taken = self.buckets.take()
             last = {b["index"]: k for k, b in enumerate(taken)}
+            if len(last) < len(taken) and SEVERAL_REDUCTIONS not in self.no_replay:
+                self.no_replay.append(SEVERAL_REDUCTIONS)  # a bucket all-reduced twice in one step
             rec["buckets"] = []
             for k, b in enumerate(taken):
                 e = {"index": b["index"], "params": b["params"],
@@ -905,6 +915,11 @@ class DdpRecorder:
                     e["reduced"] = None
                 else:
                     e["reduced"] = self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True, True)
+                    if last[b["index"]] == k and step_grads is not None and CHANGED_GRADS not in self.no_replay \
+                            and not (self.scaler is not None and self.scaler.is_enabled()):
+                        # The loop changed the reduced gradients before optimizer.step (clip_grad_norm_, a
+                        # manual scale): the replay, which steps on DDP's reduced gradients, does not know how.
+                        self.no_replay.append(CHANGED_GRADS)
                 rec["buckets"].append(e)
         if self.ref is not None:
             captured = self._capture()
