@@ -209,8 +209,13 @@ std::optional<Diagnosis> FromReduced(const Scenario& s, const Trace& got, const 
                             "semantics", m.key.step, sizes.size(), *sizes.begin(), *sizes.rbegin()));
   }
   // A rank whose gradients were never all-reduced: it issued no bucket at this step (forward bypassed DDP),
-  // or its bucket content went straight back into its grads (the all-reduce was dropped).
-  for (int r = 0; r < w; ++r) {
+  // or its bucket content went straight back into its grads (the all-reduce was dropped). Evidence only where
+  // the trace records bucket layouts (at any step): a recorded torch run keeps its buckets in the
+  // protocol records, and its own rule (core/dump_check.h, BypassDdp) reads its forward counts.
+  const bool layouts = std::any_of(got.records().begin(), got.records().end(), [](const auto& kv) {
+    return kv.first.checkpoint == Checkpoint::kBucket && kv.first.tensor == "bucket0.params";
+  });
+  for (int r = 0; r < w && layouts; ++r) {
     const bool has_bucket = got.Find({m.key.step, Checkpoint::kBucket, "bucket0.params", r}) != nullptr;
     const bool has_reduced = got.Find({m.key.step, Checkpoint::kReduced, m.key.tensor, r}) != nullptr;
     if (has_reduced && !has_bucket && w > 1) {
