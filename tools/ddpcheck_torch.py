@@ -577,9 +577,12 @@ def _zip_directory(path):
     of at most 64 bytes, no zip64), read from its end (its central directory and end record only), or None when it
     is not (yet) one: the end record is written last, and a direct write's padding is cut off after it."""
     with open(path, "rb", buffering=0) as f:
+        def read(n, at):
+            f.seek(at)
+            return f.read(n)
         size = os.fstat(f.fileno()).st_size
         start = max(0, size - (64 << 10))
-        tail = os.pread(f.fileno(), size - start, start)
+        tail = read(size - start, start)
         at = tail.rfind(b"PK\x05\x06", max(0, len(tail) - _ZIP_END.size - 64))
         if at < 0 or at + _ZIP_END.size > len(tail):
             return None
@@ -591,7 +594,7 @@ def _zip_directory(path):
         if cd_offset >= start:
             directory = tail[cd_offset - start:at]
         else:
-            directory = os.pread(f.fileno(), cd_size, cd_offset)
+            directory = read(cd_size, cd_offset)
             if len(directory) != cd_size:
                 return None
     out, at = {}, 0
