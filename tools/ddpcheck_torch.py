@@ -1,6 +1,7 @@
 """ddpcheck_torch: record a real PyTorch DDP training loop so `ddpcheck torch-compare` can check and replay it.
 
-Needs only torch and numpy. Format: docs/torch.md. Usage, in each rank's process:
+Needs only torch and numpy (where Debian's libisal2 is installed, its CRC-32 checksums the archives faster).
+Format: docs/torch.md. Usage, in each rank's process:
 
     import ddpcheck_torch
     local = ddpcheck_torch.snapshot(model)               # optional: this rank's init before DDP
