@@ -296,18 +296,15 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
     const std::vector<double>& data = distinct[static_cast<size_t>(i)]->data;
     double finite[4] = {0, 0, 0, 0}, all[4] = {0, 0, 0, 0};
     const size_t n = data.size(), whole = n - n % 4;
-    for (size_t k = 0; k < whole; k += 4) {
-      for (size_t l = 0; l < 4; ++l) {
-        const double a = std::abs(data[k + l]);
-        finite[l] = a <= std::numeric_limits<double>::max() ? std::max(finite[l], a) : finite[l];  // NaN: false
-        all[l] = std::max(all[l], a);
-      }
-    }
-    for (size_t k = whole; k < n; ++k) {
+    auto one = [&](size_t k, size_t l) {
       const double a = std::abs(data[k]);
-      finite[0] = a <= std::numeric_limits<double>::max() ? std::max(finite[0], a) : finite[0];
-      all[0] = std::max(all[0], a);
+      finite[l] = a <= std::numeric_limits<double>::max() ? std::max(finite[l], a) : finite[l];  // NaN: false
+      all[l] = std::max(all[l], a);
+    };
+    for (size_t k = 0; k < whole; k += 4) {
+      for (size_t l = 0; l < 4; ++l) one(k + l, l);
     }
+    for (size_t k = whole; k < n; ++k) one(k, 0);
     Scale& sc = scales[static_cast<size_t>(i)];
     sc.finite = std::max(std::max(finite[0], finite[1]), std::max(finite[2], finite[3]));
     sc.all = std::max(std::max(all[0], all[1]), std::max(all[2], all[3]));

@@ -102,6 +102,16 @@ Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, con
 
 bool Near(double c, double f, bool autocast) { return std::abs(c - f) <= (autocast ? 0.05 : kFactorTol) * f; }
 
+// The pattern of gradients `near` a common factor: the micro-batch count k or 1/k with accumulation (when W equals
+// k the evidence cannot tell the two apart; the accumulation is the one the dump shows), else W; "" for neither.
+template <typename NearFn>
+std::string FactorPattern(const NearFn& near, int64_t micro, int world) {
+  if (micro > 1 && (near(static_cast<double>(micro)) || near(1.0 / static_cast<double>(micro)))) {
+    return "grad-accum-normalisation";
+  }
+  return world > 1 && near(static_cast<double>(world)) ? "loss-times-world" : "";
+}
+
 }  // namespace
 
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -178,15 +188,14 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         return std::all_of(local.begin(), local.end(), [&](const Side& x) { return Near(x.scale, factor, autocast); });
       };
       ProtocolFinding fi{*local[bad[0]].first, "", "", 4};
-      // With accumulation (micro > 1) a factor equal to the window is read as the window's (when W equals the
-      // window, the evidence cannot tell the two apart; the accumulation is the one the dump shows).
-      if (all && micro > 1 && (every_near(static_cast<double>(micro)) || every_near(1.0 / micro))) {
-        fi.pattern = "grad-accum-normalisation";
+      const std::string factor = all ? FactorPattern(every_near, micro, r.world) : "";
+      if (factor == "grad-accum-normalisation") {
+        fi.pattern = factor;
         fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: the "
                                      "accumulated micro-batch losses were not divided by the window",
                                      local[0].scale, micro);
-      } else if (all && r.world > 1 && every_near(r.world)) {
-        fi.pattern = "loss-times-world";
+      } else if (factor == "loss-times-world") {
+        fi.pattern = factor;
         fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
                                      "batch = W: the loss was multiplied by the world size (DDP already averages)",
                                      local[0].scale);
@@ -216,13 +225,12 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                                                      "of the global batch", red.scale), 4};
       // Reached with a factor only where the local gradients could not be compared (a bucket all-reduced more
       // than once in the step): the same readings as theirs above.
-      if (micro > 1 && (Near(red.scale, static_cast<double>(micro), autocast) || Near(red.scale, 1.0 / micro, autocast))) {
-        fi.pattern = "grad-accum-normalisation";
+      fi.pattern = FactorPattern([&](double factor) { return Near(red.scale, factor, autocast); }, micro, r.world);
+      if (fi.pattern == "grad-accum-normalisation") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the mean over the step's {} micro-batches: "
                                      "the accumulated micro-batch losses were not divided by the window",
                                      red.scale, micro);
-      } else if (r.world > 1 && Near(red.scale, r.world, autocast)) {
-        fi.pattern = "loss-times-world";
+      } else if (fi.pattern == "loss-times-world") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the single-process gradient = W: the loss was "
                                      "multiplied by the world size (DDP already averages)", red.scale);
       }

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <tuple>
 
 #include "core/json_reader.h"
@@ -123,11 +123,9 @@ std::shared_ptr<const Tensor> Trace::SourceTwin(const TraceKey& key, const Tenso
 void Trace::Add(const TraceKey& key, Tensor value) {
   auto p = std::make_shared<const Tensor>(std::move(value));
   const bool shareable = p->numel() >= kShareMin;
-  if (shareable) {
-    if (auto twin = SourceTwin(key, *p)) p = std::move(twin);
-  }
   std::vector<std::shared_ptr<const Tensor>> seen;
   if (shareable) {
+    if (auto twin = SourceTwin(key, *p)) p = std::move(twin);
     // Compared outside the lock: the other ranks keep adding meanwhile.
     seen = Twins(key);
     for (const auto& twin : seen) {
