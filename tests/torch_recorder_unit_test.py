@@ -154,6 +154,7 @@ class BucketTaps(unittest.TestCase):
         n = 0
         for _, e, reduced, step in self._record():
             self.assertTrue(e["reduced_is_grads"])
+            self.assertFalse(e["grads_differ"])
             n += 1
         self.assertGreaterEqual(n, 3)
         self.assertTrue(all(b.get("reduced_is_grads") for b in step["buckets"]))
@@ -161,9 +162,31 @@ class BucketTaps(unittest.TestCase):
     def test_clipped_grads_keep_the_all_reduce_result(self):
         for _, e, reduced, step in self._record(clip=True):
             self.assertFalse(e["reduced_is_grads"])
+            self.assertTrue(e["grads_differ"])
             self.assertFalse(e["pending"])
             self.assertTrue(torch.equal(e["reduced"].view(torch.int32), reduced.view(torch.int32)))
         self.assertTrue(all("reduced" in b and b["reduced"] for b in step["buckets"]))
+
+    def test_only_changed_grads_make_the_run_protocol_only(self):
+        torch.manual_seed(0)
+        unused = nn.Linear(3, 3)  # never in the forward: its grads stay None (a bucket the step cannot flatten)
+        model = nn.ModuleDict({"used": nn.Linear(4, 2), "unused": unused})
+        model.forward = lambda x: model["used"](x)
+        for clip in (False, True):
+            ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=tempfile.mkdtemp(),
+                                             reference=False)
+            for s in range(2):
+                opt.zero_grad()
+                x, y = torch.randn(4, 4), torch.randn(4, 2)
+                nn.MSELoss()(ddp(x), y).backward()
+                if clip:
+                    torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1e-3)
+                opt.step()
+                rec.step(torch.arange(4) + 4 * s, x, y)
+            rec.close()
+            self.assertEqual(ddpcheck_torch.CHANGED_GRADS in rec.no_replay, clip)
 
     def test_a_second_synced_backward_does_not_overwrite_the_first(self):
         entries = list(self._record(backwards=2))

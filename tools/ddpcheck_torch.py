@@ -919,7 +919,8 @@ class DdpRecorder:
                     e["reduced"] = None
                 else:
                     e["reduced"] = self._save("%s.b%d.%d.reduced" % (p, b["index"], k), b["reduced"], True, True)
-                    if last[b["index"]] == k and step_grads is not None and CHANGED_GRADS not in self.no_replay \
+                    if b["grads_differ"] is not False and last[b["index"]] == k and step_grads is not None \
+                            and CHANGED_GRADS not in self.no_replay \
                             and not (self.scaler is not None and self.scaler.is_enabled()):
                         # The loop changed the reduced gradients before optimizer.step (clip_grad_norm_, a
                         # manual scale): the replay, which steps on DDP's reduced gradients, does not know how.

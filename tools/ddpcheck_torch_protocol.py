@@ -101,7 +101,7 @@ class BucketTap:
         idx = [self.param_index.get(id(p), -1) for p in tensors]
         buf = bucket.buffer()
         entry = {"index": int(bucket.index()), "params": idx, "tensors": tensors, "local": buf.detach().clone(),
-                 "reduced": None, "pending": False, "reduced_is_grads": False}
+                 "reduced": None, "pending": False, "reduced_is_grads": False, "grads_differ": False}
         self.buckets.append(entry)
         lazy = self._lazy and self.user is None
 
@@ -120,29 +120,36 @@ class BucketTap:
         return _dist.all_reduce(buf, async_op=True).get_future().then(keep)
 
     def grads_at_step(self, params):
-        """{id(param): a copy of its grad} for the params (those with a grad), as optimizer.step sees them: the
-        grads of each bucket of this step's last synced backward copied into one flat tensor, which is compared
-        with the bucket's reduced result (marked reduced_is_grads where bitwise equal; the reduced result copied
-        where it is still DDP's buffer and differs); any other param's grad copied alone."""
+        """{id(param): a copy of its grad} for the params (those with a grad), as optimizer.step sees them, each
+        bucket's (of this step's last synced backward) compared with its reduced result: grads_differ is whether
+        they differ (None: not comparable, taken as changed), reduced_is_grads whether every parameter's grad is
+        the bucket bitwise (one flat copy then holds them all); the reduced result is copied where it is still
+        DDP's buffer and not the grads. Any other param's grad is copied alone."""
         out, last = {}, {}
         for e in self.buckets:
             last[e["index"]] = e
         for e in last.values():
             grads = [p.grad for p in e["tensors"]]
             red = e["reduced"]
-            if red is None or any(g is None or g.dtype != red.dtype or g.device != red.device for g in grads) or \
-                    sum(g.numel() for g in grads) != red.numel() or red.dim() != 1:
+            if red is None or red.dim() != 1 or sum(p.numel() for p in e["tensors"]) != red.numel() or any(
+                    g is not None and (g.dtype != red.dtype or g.device != red.device) for g in grads):
+                e["grads_differ"] = None
                 continue
-            flat = torch.cat([g.detach().reshape(-1) for g in grads]) if len(grads) > 1 else \
-                grads[0].detach().reshape(-1).clone()
-            e["reduced_is_grads"] = min(e["params"]) >= 0 and same_bits(flat, red)
+            if all(g is not None for g in grads):
+                flat = torch.cat([g.detach().reshape(-1) for g in grads]) if len(grads) > 1 else \
+                    grads[0].detach().reshape(-1).clone()
+                e["grads_differ"] = not same_bits(flat, red)  # changed since the all-reduce (clipped, scaled)
+                e["reduced_is_grads"] = min(e["params"]) >= 0 and not e["grads_differ"]
+                parts = flat.split([g.numel() for g in grads])
+            else:  # a parameter without a grad (unused): each grad against its own part of the bucket
+                parts = [None if g is None else g.detach().reshape(-1).clone() for g in grads]
+                e["grads_differ"] = any(c is not None and not same_bits(c, r) for c, r in
+                                        zip(parts, red.split([p.numel() for p in e["tensors"]])))
+            for p, g, c in zip(e["tensors"], grads, parts):
+                if c is not None:
+                    out[id(p)] = c.view(g.shape)
             if e["pending"] and not e["reduced_is_grads"]:
                 e["reduced"], e["pending"] = red.detach().clone(), False
-            at = 0
-            for p, g in zip(e["tensors"], grads):
-                n = g.numel()
-                out[id(p)] = flat[at:at + n].view(g.shape)
-                at += n
         for p in params:
             if p.grad is not None and id(p) not in out:
                 out[id(p)] = p.grad.detach().clone()
