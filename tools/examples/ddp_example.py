@@ -14,7 +14,6 @@ import argparse
 import datetime
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -75,11 +74,6 @@ def worker(rank, args):
                     s.step()
     except RuntimeError as e:  # a collective that never completed (bypass-ddp): the dump records it
         print("rank %d: %s" % (rank, str(e).splitlines()[0]), file=sys.stderr)
-    if rank == args.bypass_rank:
-        # The other ranks' all-reduce is still timing out when this rank is done: closing its connections now can
-        # reach their gloo threads before the timeout is handled, which torch 1.13 answers with an uncaught
-        # gloo::IoException (the process aborts and leaves no dump). Leave them the time to fail cleanly.
-        time.sleep(args.timeout + 1.0)
     dist.destroy_process_group()
 
 
