@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "core/lanes.h"
 #include "core/parallel.h"
 #include "core/version.h"
 
@@ -82,24 +83,30 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     if (me.computed != static_cast<size_t>(k) || me.got == me.want) return;  // one value both traces hold: no error
     const std::vector<double>& g = me.got->data;
     const std::vector<double>& v = me.want->data;
-    // Four independent maxima and counts of unequal elements (a maximum does not depend on the order), with
-    // selects, not branches: one chain waited on each max's latency.
-    double max_err[4] = {0, 0, 0, 0};
-    size_t unequal[4] = {0, 0, 0, 0};
-    const size_t n = v.size(), whole = n - n % 4;
-    auto one = [&](size_t i, size_t l) {
+    // Eight lanes of maxima and counts of unequal elements (core/lanes.h), then the tail one by one.
+    using namespace lanes;  // NOLINT: V8d, Select, Max
+    const V8d zero = {}, inf = Splat(INFINITY);
+    V8d lane_max = zero;
+    V8l lane_unequal = {};
+    const size_t n = v.size(), whole = n - n % 8;
+    for (size_t i = 0; i < whole; i += 8) {
+      const V8d a = Load(&g[i]), b = Load(&v[i]);
+      const V8l both_nan = (a != a) & (b != b), equal = (a == b) | both_nan;
+      const V8d d = Abs(a - b);
+      lane_max = Max(lane_max, Select(equal, zero, Select(d != d, inf, d)));
+      lane_unequal -= ~both_nan & (a != b);  // a true lane is -1
+    }
+    double max_err = MaxOf(lane_max, 0.0);
+    int64_t unequal = SumOf(lane_unequal);
+    for (size_t i = whole; i < n; ++i) {
       const bool both_nan = std::isnan(g[i]) && std::isnan(v[i]);
       double err = g[i] == v[i] || both_nan ? 0.0 : std::abs(g[i] - v[i]);
       err = std::isnan(err) ? INFINITY : err;
-      max_err[l] = std::max(max_err[l], err);
-      unequal[l] += !both_nan && g[i] != v[i];
-    };
-    for (size_t i = 0; i < whole; i += 4) {
-      for (size_t l = 0; l < 4; ++l) one(i + l, l);
+      max_err = std::max(max_err, err);
+      unequal += !both_nan && g[i] != v[i];
     }
-    for (size_t i = whole; i < n; ++i) one(i, 0);
-    me.max_err = std::max(std::max(max_err[0], max_err[1]), std::max(max_err[2], max_err[3]));
-    me.differs = unequal[0] + unequal[1] + unequal[2] + unequal[3] > 0;
+    me.max_err = max_err;
+    me.differs = unequal > 0;
   });
   auto& map = report->divergence_map;
   size_t next = 0;

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "core/compare.h"
+#include "core/report.h"
 #include "core/trace.h"
 
 namespace ddpcheck {
@@ -87,8 +89,9 @@ double Special(std::mt19937_64& rng, DType dt) {
 TEST(CompareBounded, TheFiguresAreTheDefinitionsExactly) {
   std::mt19937_64 rng(7);
   for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
-    for (int trial = 0; trial < 200; ++trial) {
-      const int64_t n = 1 + static_cast<int64_t>(rng() % 70);
+    for (int trial = 0; trial < 400; ++trial) {
+      const bool passing = trial % 2 == 1;
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 70);  // the eight-lane pass and its tail
       Tensor want(dt, {n}, {}), got(dt, {n}, {}), bound(DType::kFloat64, {n}, {});
       std::uniform_real_distribution<double> u(0, 1);
       for (int64_t i = 0; i < n; ++i) {
@@ -102,6 +105,14 @@ TEST(CompareBounded, TheFiguresAreTheDefinitionsExactly) {
         want.data.push_back(w);
         got.data.push_back(g);
         bound.data.push_back(u(rng) < 0.1 ? INFINITY : std::abs(w) * 1e-7 * u(rng));
+      }
+      if (passing) {
+        // Every element within its bound (the vectorised pass's case): a bound of at least the error, or none.
+        for (int64_t i = 0; i < n; ++i) {
+          const double e = std::abs(got.data[static_cast<size_t>(i)] - want.data[static_cast<size_t>(i)]);
+          if (u(rng) < 0.5 || !std::isfinite(e)) bound.data[static_cast<size_t>(i)] = INFINITY;
+          else if (bound.data[static_cast<size_t>(i)] < e) bound.data[static_cast<size_t>(i)] = e * (1 + u(rng));
+        }
       }
       core::Trace g, w, b;
       const core::TraceKey key{0, Checkpoint::kReduced, "p", core::kAllRanks};
@@ -121,12 +132,63 @@ TEST(CompareBounded, TheFiguresAreTheDefinitionsExactly) {
       EXPECT_EQ(st.sensitivity, x.sensitivity < 1 ? x.sensitivity : 0.0) << where;
       EXPECT_EQ(st.noise, x.sensitivity < 1 ? 0 : 1) << where;
       EXPECT_EQ(r.pass, x.bad == 0) << where;
+      if (passing) {
+        EXPECT_TRUE(r.pass) << where;
+      }
       if (x.bad > 0) {
         ASSERT_TRUE(r.first.has_value()) << where;
         EXPECT_EQ(r.first->bad_elements, x.bad) << where;
         EXPECT_EQ(r.first->index, x.worst) << where;
         EXPECT_EQ(r.first->budget, x.worst_budget) << where;
       }
+    }
+  }
+}
+
+
+// The divergence map's largest error per cell and the reference scales are eight-lane scans (core/lanes.h):
+// their figures must be the element-by-element definitions, specials and tails included.
+TEST(CompareBounded, TheDivergenceMapAndTheScalesAreTheDefinitionsExactly) {
+  std::mt19937_64 rng(11);
+  for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 70);
+      Tensor want(dt, {n}, {}), got(dt, {n}, {});
+      std::uniform_real_distribution<double> u(0, 1);
+      double max_err = 0, finite = 0, all = 0;
+      bool differs = false;
+      for (int64_t i = 0; i < n; ++i) {
+        const double w = Special(rng, dt);
+        double g = u(rng) < 0.5 ? w : (u(rng) < 0.5 ? Special(rng, dt) : w * (1 + 1e-6 * (u(rng) - 0.5)));
+        if (dt == DType::kFloat32) g = static_cast<double>(static_cast<float>(g));
+        want.data.push_back(w);
+        got.data.push_back(g);
+        const bool both_nan = std::isnan(g) && std::isnan(w);
+        double err = both_nan || g == w ? 0.0 : std::abs(g - w);
+        if (std::isnan(err)) err = INFINITY;
+        max_err = std::max(max_err, err);
+        differs = differs || (!both_nan && g != w);
+        const double a = std::abs(w);
+        if (a <= std::numeric_limits<double>::max()) finite = std::max(finite, a);
+        all = std::max(all, a);
+      }
+      core::Trace g, w;
+      const core::TraceKey key{0, Checkpoint::kLocalGrad, "p", 0};
+      g.Add(key, got);
+      w.Add(key, want);
+      const std::string where = "dtype " + core::DTypeName(dt) + ", trial " + std::to_string(trial);
+      std::map<const Tensor*, double> own;
+      const auto at = core::ReferenceScales(w, &own);
+      ASSERT_EQ(at.size(), 1u) << where;
+      EXPECT_EQ(at.begin()->second, finite) << where;
+      ASSERT_EQ(own.size(), 1u) << where;
+      EXPECT_EQ(own.begin()->second, all) << where;
+      core::RunReport report;
+      core::TolerancePolicy exact;
+      exact.exact = true;
+      core::FillDivergenceMap(g, w, exact, &report);
+      EXPECT_EQ(report.divergence_map[0][0].max_abs_err, max_err) << where;
+      EXPECT_EQ(report.divergence_map[0][0].failed, differs) << where;
     }
   }
 }
