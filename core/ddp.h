@@ -38,6 +38,8 @@ class DistributedDataParallel {
   // One forward of a training step (grad enabled). no_sync: inside model.no_sync().
   Status Forward(const Batch& batch, bool no_sync, const StepRecorder* rec, const DdpFaults& faults, double* loss);
   Status Backward(double loss_scale);
+  // Before Init: whether the reducer may make a grad's storage its bucket slot (core/reducer.h; default true).
+  void set_share_grad_storage(bool share) { reducer_.set_share_grad_storage(share); }
   void ZeroGrad(bool set_to_none);
 
   const std::vector<std::vector<int>>& buckets() const { return reducer_.buckets(); }

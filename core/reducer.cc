@@ -11,6 +11,8 @@ Reducer::Reducer(Replica* replica, Communicator* comm, const DdpSpec& spec)
   used_.assign(n, false);
   aliased_.assign(n, false);
   used_outside_sync_.assign(n, false);
+  shared_.assign(n, false);
+  pending_scale_.assign(n, ScaleMode::kCopy);
   bucket_of_.assign(n, -1);
   slot_of_.assign(n, -1);
 }
@@ -41,6 +43,13 @@ void Reducer::SetBuckets(const std::vector<std::vector<int>>& layout) {
   for (size_t p = 0; p < infos.size(); ++p) {
     DDPCHECK_CHECK(bucket_of_[p] >= 0, "parameter ", p, " (", infos[p].name, ") is in no bucket");
   }
+  // Each grad moves into its new slot (its values with it), or back into its own storage where it cannot.
+  for (size_t p = 0; p < infos.size(); ++p) {
+    const Bucket& b = buckets_[static_cast<size_t>(bucket_of_[p])];
+    shared_[p] = share_grad_storage_ &&
+                 replica_->ShareGradStorage(static_cast<int>(p), View(b, static_cast<size_t>(slot_of_[p])));
+    if (!shared_[p]) replica_->ShareGradStorage(static_cast<int>(p), Span{});
+  }
 }
 
 Span Reducer::View(const Bucket& b, size_t slot) const {
@@ -63,6 +72,7 @@ void Reducer::Prepare(const StepRecorder* rec, const ReducerFaults& faults) {
   used_ = used_outside_sync_;
   if (faults.forget_nosync_usage) std::fill(used_.begin(), used_.end(), false);
   std::fill(used_outside_sync_.begin(), used_outside_sync_.end(), false);
+  std::fill(pending_scale_.begin(), pending_scale_.end(), ScaleMode::kCopy);
   for (auto& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.launched = false;
@@ -75,7 +85,10 @@ void Reducer::WriteSlot(int param, bool defined) {
   Span view = View(b, static_cast<size_t>(slot_of_[pi]));
   const double world = comm_->world();
   if (!defined) {
-    replica_->Memory().Fill(view, 0.0);
+    replica_->Memory().Fill(view, 0.0);  // a shared slot: the storage of a grad that stays undefined
+  } else if (shared_[pi]) {
+    // The slot is the grad: scaled in place as the bucket launches (x * fl(1/1) and x / 1 are x: none at W=1).
+    if (comm_->world() > 1) pending_scale_[pi] = aliased_[pi] ? ScaleMode::kDivide : ScaleMode::kMultiply;
   } else if (aliased_[pi]) {
     // gradient_as_bucket_view: the grad is the bucket view; torch does bucket_view.div_(div_factor).
     replica_->Memory().CopyScaled(replica_->Grad(param), view, world, ScaleMode::kDivide);
@@ -109,6 +122,15 @@ void Reducer::LaunchReadyBuckets() {
     const int index = static_cast<int>(next_bucket_);
     ++next_bucket_;
     if (!status_.ok()) continue;  // a failed collective: later buckets are not launched
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      const auto pi = static_cast<size_t>(b.params[slot]);
+      if (pending_scale_[pi] == ScaleMode::kCopy) continue;
+      const Span view = View(b, slot);
+      const double world = comm_->world();
+      const bool divide = pending_scale_[pi] == ScaleMode::kDivide;
+      replica_->Memory().CopyScaled(view, view, divide ? world : 1.0 / world, pending_scale_[pi]);
+      pending_scale_[pi] = ScaleMode::kCopy;
+    }
     const std::string tag = "bucket" + std::to_string(index);
     if (rec_ && rec_->enabled()) {
       if (rec_->bucket_contents()) rec_->RecordSpan(Checkpoint::kBucket, tag, b.buffer, {b.numel});
@@ -129,9 +151,16 @@ Status Reducer::FinishBackward() {
   armed_ = false;
   const size_t n = ready_.size();
   unready_.clear();
+  // A locally unused parameter's grad in a shared slot takes part in the all-reduce; torch leaves a globally
+  // unused one's grad as it was: kept here to put back.
+  std::vector<std::pair<int, Tensor>> kept;
   for (size_t p = 0; p < n; ++p) {
     if (ready_[p]) continue;
     if (spec_.find_unused_parameters) {
+      const int pi = static_cast<int>(p);
+      if (shared_[p] && replica_->GradDefined(pi)) {
+        kept.emplace_back(pi, replica_->Memory().ToHost(replica_->Grad(pi), {replica_->Grad(pi).numel}));
+      }
       // Unused: the slot holds the existing grad (averaged) or zeros; the param is not "used" locally.
       ready_[p] = true;
       WriteSlot(static_cast<int>(p), replica_->GradDefined(static_cast<int>(p)));
@@ -159,11 +188,14 @@ Status Reducer::FinishBackward() {
     if (!b.launched) continue;
     for (size_t s = 0; s < b.params.size(); ++s) {
       const int p = b.params[s];
-      if (global_used[static_cast<size_t>(p)] == 0.0) continue;  // globally unused: grad untouched
+      if (global_used[static_cast<size_t>(p)] == 0.0) continue;  // globally unused: grad untouched (below)
       replica_->Memory().CopyScaled(View(b, s), replica_->Grad(p), 1.0, ScaleMode::kCopy);
       replica_->SetGradDefined(p, true);
       if (spec_.gradient_as_bucket_view) aliased_[static_cast<size_t>(p)] = true;
     }
+  }
+  for (const auto& [p, grad] : kept) {
+    if (global_used[static_cast<size_t>(p)] == 0.0) replica_->Memory().FromHost(grad, replica_->Grad(p));
   }
   return Status::Ok();
 }

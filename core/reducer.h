@@ -6,6 +6,11 @@
 //   reduced buckets back into the grads. Parameters that never became ready with find_unused_parameters=False
 //   leave the reduction unfinished: their buckets are not reduced (the grads stay local) and the next forward
 //   fails as torch's does.
+// Where the replica allows (Replica::ShareGradStorage: the CPU world), a grad's storage is its bucket slot: the
+// copy into the slot becomes the same scaling in place, done as the bucket launches (a bucket that never
+// launches leaves its grads local and unscaled, as torch's copies would), and the copy back is skipped. The
+// values are torch's, step for step: the local gradient is recorded at its hook, before the scaling; a
+// globally unused parameter's grad is restored after the all-reduce its slot took part in.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,8 @@ class Reducer {
  public:
   Reducer(Replica* replica, Communicator* comm, const DdpSpec& spec);
 
+  // Before SetBuckets: whether a grad's storage may become its bucket slot (default true).
+  void set_share_grad_storage(bool share) { share_grad_storage_ = share; }
   // Installs a bucket layout in reducer order (bucket 0 is reduced first) and allocates its flat buffers.
   void SetBuckets(const std::vector<std::vector<int>>& buckets);
   const std::vector<std::vector<int>>& buckets() const { return layout_; }
@@ -77,6 +84,11 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_, slot_of_;  // per param
   std::vector<bool> ready_, used_, aliased_, used_outside_sync_;
+  // Per param: the grad's storage is its bucket slot; the scaling it waits for (kCopy: none) until its bucket
+  // launches.
+  bool share_grad_storage_ = true;
+  std::vector<bool> shared_;
+  std::vector<ScaleMode> pending_scale_;
   std::vector<int> ready_order_;
   bool record_ready_order_ = true;
   std::vector<int> unready_;

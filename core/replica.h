@@ -68,6 +68,16 @@ class Replica {
   virtual Status SetSyncBnGroup(SyncBnGroup* group) = 0;
   // optimizer.zero_grad(set_to_none).
   virtual void ZeroGrad(bool set_to_none) = 0;
+  // Where the memory allows, parameter i's grad storage becomes `slot` (its DDP bucket slot, numel values of
+  // its dtype; the grad's current values are copied there) and Grad(i) returns it: the reducer then skips its
+  // two copies (the grad into the bucket, the reduced bucket back), an implementation detail with the same
+  // values as torch's separate storage (core/reducer.h). An empty slot gives the grad its own storage again.
+  // False, changing nothing, where the replica keeps its own (the default).
+  virtual bool ShareGradStorage(int i, Span slot) {
+    (void)i;
+    (void)slot;
+    return false;
+  }
 
   // Where this replica's tensors live and how they move (core/device_memory.h): the reducer's bucket buffers,
   // DDP's exchanges and the recorder's copies go through it.

@@ -50,6 +50,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
     ~Detach() { (void)r->SetSyncBnGroup(nullptr); }
   } detach{replica};
   DistributedDataParallel ddp(replica, comm, s.ddp);
+  ddp.set_share_grad_storage(opts.share_grad_storage);
   rec->set_step(0);
   DDPCHECK_RETURN_IF_ERROR(ddp.Init(rec, faults.DdpAt(0)).Prefixed("DDP construction"));
 

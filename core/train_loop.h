@@ -19,6 +19,9 @@ struct RankRunOptions {
   // Each bucket's flattened content before the all-reduce ("bucket<b>"): what a written trace shows; the check
   // itself reads the layouts ("bucket<b>.params") and the local gradients the content is made of.
   bool bucket_contents = true;
+  // A grad's storage is its bucket slot where the replica allows (core/reducer.h): the same values, two copies
+  // fewer per step. False keeps every grad in its own storage (tests compare the two).
+  bool share_grad_storage = true;
   std::function<void(int64_t step, int64_t steps)> on_step;  // after each optimizer step (progress); may be empty
 };
 

@@ -60,9 +60,11 @@ class Model {
   // Storage is valid (numel values) even while the grad is undefined.
   T* grad_data(int i) {  // a writer: the grad is no longer known to be zero
     ParamAt(i).grad_zeroed = false;
-    return ParamAt(i).grad.data();
+    return ParamAt(i).grad_ptr();
   }
-  const T* grad_data(int i) const { return ParamAt(i).grad.data(); }
+  const T* grad_data(int i) const { return ParamAt(i).grad_ptr(); }
+  // Param::SetGradStorage for parameter i (nullptr: its own storage again).
+  void SetGradStorage(int i, T* storage) { ParamAt(i).SetGradStorage(storage); }
   bool grad_defined(int i) const { return ParamAt(i).grad_defined; }  // torch: param.grad is not None
   void set_grad_defined(int i, bool defined) { ParamAt(i).grad_defined = defined; }
 

@@ -309,7 +309,7 @@ void Model<T>::ZeroGrad(bool set_to_none) {
   for (int i = 0; i < num_params(); ++i) {
     Param<T>& p = ParamAt(i);
     if (!set_to_none && !p.grad_defined) continue;
-    std::fill(p.grad.begin(), p.grad.end(), T(0));
+    std::fill(p.grad_ptr(), p.grad_ptr() + p.numel(), T(0));
     if (set_to_none) p.grad_defined = false;
     p.grad_zeroed = p.grad_defined;
   }

@@ -50,7 +50,35 @@ struct Param {
         value(static_cast<size_t>(core::NumelOf(shape)), T(0)),
         grad(static_cast<size_t>(core::NumelOf(shape)), T(0)) {}
 
+  // The grad's storage lives elsewhere while set (a CPU world's DDP bucket slot: sim/replica_cpu.h AliasGrad),
+  // so the reducer neither copies the grad into its bucket nor the reduced bucket back. A copy of the
+  // parameter owns its grad again (the values copied): two models never share one grad.
+  T* grad_view = nullptr;
+
+  Param(const Param& o) { *this = o; }
+  Param& operator=(const Param& o) {
+    if (this == &o) return *this;
+    shape = o.shape;
+    value = o.value;
+    grad.assign(o.grad_ptr(), o.grad_ptr() + o.grad.size());
+    grad_view = nullptr;
+    grad_defined = o.grad_defined;
+    grad_zeroed = o.grad_zeroed;
+    return *this;
+  }
+  Param(Param&&) noexcept = default;
+  Param& operator=(Param&&) noexcept = default;
+
   int64_t numel() const { return static_cast<int64_t>(value.size()); }
+  T* grad_ptr() { return grad_view ? grad_view : grad.data(); }
+  const T* grad_ptr() const { return grad_view ? grad_view : grad.data(); }
+  // Moves the grad's storage to `storage` (numel values, its current values copied there) or, with nullptr,
+  // back into the parameter's own.
+  void SetGradStorage(T* storage) {
+    if (storage == grad_ptr()) return;
+    std::copy(grad_ptr(), grad_ptr() + grad.size(), storage ? storage : grad.data());
+    grad_view = storage;
+  }
   // The value viewed as (rows, cols); rows * cols must equal numel.
   Eigen::Map<const Matrix<T>> Value(int64_t rows, int64_t cols) const {
     DDPCHECK_CHECK_EQ(rows * cols, numel());
@@ -66,7 +94,7 @@ struct Param {
   template <class Derived>
   void Accumulate(const Eigen::MatrixBase<Derived>& g) {
     DDPCHECK_CHECK_EQ(static_cast<int64_t>(g.size()), numel());
-    Eigen::Map<Matrix<T>> dst(grad.data(), g.rows(), g.cols());
+    Eigen::Map<Matrix<T>> dst(grad_ptr(), g.rows(), g.cols());
     if (grad_defined && grad_zeroed) {
       // 0 + g, element by element, as adding a temporary would (and +0 for a -0 of g, as it would).
       dst.noalias() += g;
@@ -89,11 +117,11 @@ struct Param {
     DDPCHECK_CHECK_EQ(m * n, numel());
     if (!grad_defined || grad_zeroed) {
       // Undefined: the product itself; zeroed: 0 + the product, which the BLAS adds into C (beta = 1).
-      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_defined ? T(1) : T(0), grad.data())) return false;
+      if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_defined ? T(1) : T(0), grad_ptr())) return false;
     } else {
       T* scratch = Scratch();
       if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, T(0), scratch)) return false;
-      Eigen::Map<Matrix<T>>(grad.data(), m, n) += Eigen::Map<const Matrix<T>>(scratch, m, n);
+      Eigen::Map<Matrix<T>>(grad_ptr(), m, n) += Eigen::Map<const Matrix<T>>(scratch, m, n);
     }
     grad_defined = true;
     grad_zeroed = false;

@@ -1,5 +1,6 @@
 #include "sim/memory_cpu.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "core/check.h"
@@ -40,8 +41,12 @@ void Scale(const T* s, T* d, int64_t n, double factor, core::ScaleMode mode) {
 }  // namespace
 
 core::Span CpuMemory::Allocate(int64_t numel, core::DType dtype) {
-  allocations_.emplace_back(static_cast<size_t>(numel * core::ElementSize(dtype)), 0);
-  return {allocations_.back().data(), numel, dtype};
+  // 64-byte aligned (a cache line, the widest vector): a bucket slot can then hold a grad (core/reducer.h).
+  constexpr size_t kAlign = 64;
+  allocations_.emplace_back(static_cast<size_t>(numel * core::ElementSize(dtype)) + kAlign, 0);
+  char* base = allocations_.back().data();
+  const size_t pad = (kAlign - reinterpret_cast<uintptr_t>(base) % kAlign) % kAlign;
+  return {base + pad, numel, dtype};
 }
 
 void CpuMemory::CopyScaled(core::ConstSpan src, core::Span dst, double factor, core::ScaleMode mode) {

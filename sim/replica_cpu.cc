@@ -1,6 +1,7 @@
 #include "sim/replica_cpu.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/check.h"
 #include "core/faults.h"
@@ -19,6 +20,20 @@ core::Status CpuReplica<T>::Forward(const core::Batch& batch, double* loss) {
   DDPCHECK_RETURN_IF_ERROR(model_.Forward(x, batch.y, &value));
   *loss = static_cast<double>(value);
   return core::Status::Ok();
+}
+
+template <typename T>
+bool CpuReplica<T>::ShareGradStorage(int i, core::Span slot) {
+  if (slot.data == nullptr) {
+    model_.SetGradStorage(i, nullptr);
+    return true;
+  }
+  // Only storage aligned as the parameter's own (Eigen's widest packet): a reduction over the grad (a clip's
+  // norm) peels the same leading elements and sums in the same order as over its own storage.
+  const bool aligned = reinterpret_cast<uintptr_t>(slot.data) % EIGEN_MAX_ALIGN_BYTES == 0;
+  if (slot.dtype != kDType || slot.numel != model_.param_info(i).numel() || !aligned) return false;
+  model_.SetGradStorage(i, static_cast<T*>(slot.data));
+  return true;
 }
 
 template <typename T>

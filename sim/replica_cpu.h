@@ -40,6 +40,7 @@ class CpuReplica : public core::Replica {
     return core::Status::Ok();
   }
   void ZeroGrad(bool set_to_none) override { model_.ZeroGrad(set_to_none); }
+  bool ShareGradStorage(int i, core::Span slot) override;
 
   core::DeviceMemory& Memory() override { return memory_; }
   const core::DeviceMemory& Memory() const override { return memory_; }

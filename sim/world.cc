@@ -20,12 +20,13 @@ namespace {
 
 // Runs one rank to the end, turning exceptions into statuses so a rank thread never takes the process down.
 core::Status GuardedRank(const core::Scenario& s, int rank, core::Replica* replica, core::Communicator* comm,
-                         core::Trace* trace, bool bucket_contents,
+                         core::Trace* trace, const SimOptions& sim,
                          std::function<void(int64_t, int64_t)> on_step = nullptr) {
   try {
     core::RankRunOptions opts;
     opts.trace = trace;
-    opts.bucket_contents = bucket_contents;
+    opts.bucket_contents = sim.record_bucket_contents;
+    opts.share_grad_storage = sim.share_grad_storage;
     opts.on_step = std::move(on_step);
     return core::RunRank(s, rank, replica, comm, opts);
   } catch (const std::exception& e) {
@@ -91,7 +92,7 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         comm.SetTimeout(opts.timeout);
         comm.SetVerifyFingerprints(opts.verify_fingerprints);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), &comm, trace,
-                                                    opts.record_bucket_contents, r == 0 ? opts.progress : nullptr);
+                                                    opts, r == 0 ? opts.progress : nullptr);
       });
     }
   } else if (opts.comm == "gloo") {
@@ -107,7 +108,7 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
         comm->SetVerifyFingerprints(opts.verify_fingerprints);
         comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
         results[static_cast<size_t>(r)] = GuardedRank(s, r, replicas[static_cast<size_t>(r)].get(), comm.get(), trace,
-                                                    opts.record_bucket_contents, r == 0 ? opts.progress : nullptr);
+                                                    opts, r == 0 ? opts.progress : nullptr);
         if (!results[static_cast<size_t>(r)].ok()) comm.reset();
       });
     }
@@ -140,7 +141,7 @@ core::Status RunSimRank(const core::Scenario& s, const SimOptions& options, int 
     comm->SetDirectAllReduceBytes(opts.gloo_direct_allreduce_bytes);
     auto die = TestDieHook(rank);
     auto progress = rank == 0 ? opts.progress : nullptr;
-    st = GuardedRank(s, rank, replica.get(), comm.get(), trace, opts.record_bucket_contents,
+    st = GuardedRank(s, rank, replica.get(), comm.get(), trace, opts,
                      [die, progress](int64_t done, int64_t total) {
                        if (die) die(done, total);
                        if (progress) progress(done, total);

@@ -25,6 +25,7 @@ struct SimOptions {
   std::chrono::milliseconds timeout{0};  // every collective's timeout; 0: the scenario's ddp.timeout_ms
   bool record = true;  // false: no trace (benchmarks)
   bool record_bucket_contents = true;  // core::RankRunOptions::bucket_contents
+  bool share_grad_storage = true;      // core::RankRunOptions::share_grad_storage
   bool verify_fingerprints = true;
   // GlooCommunicator::SetDirectAllReduceBytes: all-reduces up to this size run as one direct round (same bits).
   int64_t gloo_direct_allreduce_bytes = 256 * 1024;
