@@ -53,17 +53,22 @@ void Frame(const Composition& c, core::RunReport* report) {
 // `diff A B` is judged the same way when B is a stored reference trace and A carries its scenario (a CPU-world
 // or torch trace written by --dump-trace): the replay is B's computation, from A's recorded states.
 bool UseStepLocal(const Composition& c) {
-  if (!c.scenario || !c.want || c.policy.exact) return false;
+  if (!c.want) return false;
   const bool oracle_is_reference = c.want->name.rfind("reference", 0) == 0 ||
                                    c.want->trace.meta.value("backend", std::string()) == "reference";
-  if (!oracle_is_reference) return false;
-  const bool stored_run = c.kind == SourceKind::kStoredTrace &&
-                          c.got->trace.meta.value("backend", std::string("reference")) != "reference";
-  if (c.kind != SourceKind::kTorchDump && c.kind != SourceKind::kSim && !stored_run) return false;
-  return ref::StepLocalSupported(*c.scenario);
+  return StepLocalApplies(c.scenario, c.kind, c.got->trace, c.policy, oracle_is_reference);
 }
 
 }  // namespace
+
+bool StepLocalApplies(const core::Scenario* scenario, SourceKind kind, const core::Trace& got,
+                      const core::TolerancePolicy& policy, bool oracle_is_reference) {
+  if (!scenario || policy.exact || !oracle_is_reference) return false;
+  const bool stored_run =
+      kind == SourceKind::kStoredTrace && got.meta.value("backend", std::string("reference")) != "reference";
+  if (kind != SourceKind::kTorchDump && kind != SourceKind::kSim && !stored_run) return false;
+  return ref::StepLocalSupported(*scenario);
+}
 
 core::Status Compose(const Composition& c, core::RunReport* report) {
   Frame(c, report);
@@ -74,8 +79,12 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
     // bounds (docs/tolerance.md): a 1e-4 relative error in float32 is caught at the step where it happens.
     // The replay computes what the oracle computes: the scenario with its faults turned into what they mean
     // (core::OracleScenario), as the whole-trajectory reference does.
-    DDPCHECK_RETURN_IF_ERROR(
-        ref::CheckStepLocal(core::OracleScenario(*c.scenario), got, c.policy, &result).Prefixed("step-local replay"));
+    if (c.step_local) {
+      result = *c.step_local;
+    } else {
+      DDPCHECK_RETURN_IF_ERROR(
+          ref::CheckStepLocal(core::OracleScenario(*c.scenario), got, c.policy, &result).Prefixed("step-local replay"));
+    }
     report->against = c.want->name + ", step-local";
   } else if (c.want) {
     result = core::CompareTraces(got, c.want->trace, c.policy);

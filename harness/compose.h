@@ -17,7 +17,16 @@ struct Composition {
   SourceKind kind = SourceKind::kSim;  // what produced `got`
   const Produced* want = nullptr;  // null: no oracle (invariants only)
   core::TolerancePolicy policy;
+  // The step-local check's result when Finish ran it before the oracle (StepLocalApplies); null: Compose runs
+  // it where it applies.
+  const core::CompareResult* step_local = nullptr;
 };
+
+// Whether the run is judged by the step-local replay (reference/step_local.h) against an oracle that is the
+// float64 reference (`oracle_is_reference`): a recorded torch run, a CPU world, or a stored run's trace, whose
+// arithmetic is not exact by construction, with a scenario the replay has rules for.
+bool StepLocalApplies(const core::Scenario* scenario, SourceKind kind, const core::Trace& got,
+                      const core::TolerancePolicy& policy, bool oracle_is_reference);
 
 core::Status Compose(const Composition& c, core::RunReport* report);
 

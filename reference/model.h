@@ -42,7 +42,10 @@ class Model {
 
   // Validates (ValidateModelSpec) and builds the layers, initialised as InitFromSeed(0, false) would.
   // Training mode, rank 0, dropout seed 0, every grad undefined.
-  static core::Status Build(const std::vector<core::LayerSpec>& layers, const std::string& loss, Model* out);
+  // init=false leaves the parameters as the layers construct them, for a caller that initialises them next
+  // (InitFromSeed overwrites everything the seeded initialisation sets: a 10M-parameter model is 10M draws).
+  static core::Status Build(const std::vector<core::LayerSpec>& layers, const std::string& loss, Model* out,
+                            bool init = true);
 
   // ---- structure ----
   int num_layers() const { return static_cast<int>(layers_.size()); }

@@ -8,7 +8,8 @@
 namespace ddpcheck::ref {
 
 template <class T>
-core::Status Model<T>::Build(const std::vector<core::LayerSpec>& layers, const std::string& loss, Model* out) {
+core::Status Model<T>::Build(const std::vector<core::LayerSpec>& layers, const std::string& loss, Model* out,
+                             bool init) {
   Model m;
   DDPCHECK_RETURN_IF_ERROR(ValidateModelSpec(layers, loss, &m.widths_));
   m.specs_ = layers;
@@ -17,7 +18,7 @@ core::Status Model<T>::Build(const std::vector<core::LayerSpec>& layers, const s
   m.Register();
   m.SetRank(0);
   m.SetTraining(true);
-  m.InitFromSeed(0, false);
+  if (init) m.InitFromSeed(0, false);
   *out = std::move(m);
   return core::Status::Ok();
 }
@@ -308,10 +309,16 @@ template <class T>
 void Model<T>::ZeroGrad(bool set_to_none) {
   for (int i = 0; i < num_params(); ++i) {
     Param<T>& p = ParamAt(i);
-    if (!set_to_none && !p.grad_defined) continue;
+    if (set_to_none) {
+      // None: nothing reads an undefined grad's storage (the next gradient is written over it), so it is not
+      // zeroed; a model's size of memory is not written for nothing.
+      p.grad_defined = false;
+      p.grad_zeroed = false;
+      continue;
+    }
+    if (!p.grad_defined) continue;
     std::fill(p.grad_ptr(), p.grad_ptr() + p.numel(), T(0));
-    if (set_to_none) p.grad_defined = false;
-    p.grad_zeroed = p.grad_defined;
+    p.grad_zeroed = true;
   }
 }
 

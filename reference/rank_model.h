@@ -20,7 +20,7 @@ inline uint64_t DropoutSeed(int rank) { return 0x9E3779B97F4A7C15ULL * static_ca
 // With amp.enabled the model runs under autocast to amp.dtype.
 template <typename T>
 core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) {
-  DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model));
+  DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model, /*init=*/s.init.kind != "seed"));
   if (s.init.kind == "seed") {
     const auto& seeds = s.init.seeds;
     const uint64_t seed = seeds.empty() ? 0 : seeds[std::min(static_cast<size_t>(rank), seeds.size() - 1)];
