@@ -383,13 +383,25 @@ bool ForwardLayer(const Model<double>& m, int i, int pb, int bb, double u, Layer
     M low;
     const Eigen::Map<const M> W = LinearWeight(m, *lin, pb, &low);
     c->absW = W.cwiseAbs();
-    c->out = Mul(h, false, W, true);
+    // The value is the replay's own forward's (the next layer's input, or the model's output: h W^T + b,
+    // computed by the model just before), not computed a second time; under autocast, where the bound's chain
+    // rounds its values as the run did, and for a bypassed layer, it is computed here.
+    const M* kept = nullptr;
+    if (!m.autocast() && !m.layer_bypassed(i)) {
+      kept = i + 1 < m.num_layers() ? &m.layer_input(i + 1) : &m.output();
+      if (kept->rows() != h.rows() || kept->cols() != lin->out_features()) kept = nullptr;
+    }
+    if (kept) {
+      c->out = *kept;
+    } else {
+      c->out = Mul(h, false, W, true);
+    }
     // e |W|^T + g |h| |W|^T as one product.
     c->eout = Mul(M(e + Gamma(static_cast<double>(lin->in_features() + 1), u) * Abs(h)), false, c->absW, true);
     if (lin->has_bias()) {
       RV b = Eigen::Map<const RV>(m.param_data(pb + 1), lin->out_features());
       if (m.autocast()) b = RoundToLow(b, *m.autocast());
-      c->out.rowwise() += b;
+      if (!kept) c->out.rowwise() += b;
       c->eout.rowwise() += Gamma(static_cast<double>(lin->in_features() + 1), u) * b.cwiseAbs();
     }
     return true;
@@ -492,8 +504,15 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
     auto& gw = r->grad[static_cast<size_t>(pb)];
     gw.resize(static_cast<size_t>(lin->out_features() * lin->in_features()));
     Eigen::Map<M> edW(gw.data(), lin->out_features(), lin->in_features());
-    MulInto(M(*ed + gB * Abs(*d)), true, Abs(c.in), false, 0.0, edW);
-    MulInto(M(Abs(*d) + *ed), true, c.ein, false, 1.0, edW);
+    // [ed + g|dy|, |dy| + ed]^T [|x|; e(x)]: the two products as one over 2B rows (the weight's bound written
+    // once, not written, read back and added to).
+    const Eigen::Index rows = d->rows();
+    M left(2 * rows, d->cols()), right(2 * rows, c.in.cols());
+    left.topRows(rows) = *ed + gB * Abs(*d);
+    left.bottomRows(rows) = Abs(*d) + *ed;
+    right.topRows(rows) = Abs(c.in);
+    right.bottomRows(rows) = c.ein;
+    MulInto(left, true, right, false, 0.0, edW);
     if (eta != 0) edW.array() += (B + 2) * eta;
     if (lin->has_bias()) {
       RV edb = ed->colwise().sum() + gB * Abs(*d).colwise().sum();
@@ -505,7 +524,14 @@ void BackwardLayer(const Model<double>& m, int i, int pb, const LayerCache& c, d
       *ed = M();
       return;
     }
-    dx = Mul(*d, false, W, false);
+    // dx is the replay's own backward's (Model::SetKeepLayerInputGrads), not computed a second time, but under
+    // autocast (the chain rounds as the run did) or where the model kept none.
+    const M& kept = m.layer_input_grad(i);
+    if (!low && !m.layer_bypassed(i) && kept.rows() == d->rows() && kept.cols() == lin->in_features()) {
+      dx = kept;
+    } else {
+      dx = Mul(*d, false, W, false);
+    }
     edx = Mul(M(*ed + gOut * Abs(*d)), false, c.absW, false);  // |W| as ForwardLayer kept it
     if (low) {
       RoundInPlace(&dx, *low);

@@ -144,6 +144,15 @@ class Model {
   // gradient for the data, so backward stops at the lowest layer with parameters (the parameters' grads and
   // hooks are the same either way).
   void SetInputGradNeeded(bool needed) { input_grad_needed_ = needed; }
+  // With SetKeepLayerInputGrads(true), the last Backward's gradient with respect to each layer's input
+  // (empty for a layer it did not reach or bypassed): a batch's activations in size, for an error analysis
+  // of the backward (reference/error_bounds.h) that would otherwise compute them again.
+  void SetKeepLayerInputGrads(bool keep) { keep_layer_input_grads_ = keep; }
+  const Matrix<T>& layer_input_grad(int layer) const {
+    static const Matrix<T> kNone;
+    const auto i = static_cast<size_t>(layer);
+    return i < layer_input_grads_.size() ? layer_input_grads_[i] : kNone;
+  }
   // The input layer `layer` received (or was bypassed with) in the last Forward.
   const Matrix<T>& layer_input(int layer) const { return inputs_.at(static_cast<size_t>(layer)); }
   // The model's output in the last Forward (what the loss received).
@@ -204,6 +213,8 @@ class Model {
   bool output_low_ = false;        // the model's output held low-precision values
   Matrix<T> input_grad_;
   bool input_grad_needed_ = true;
+  bool keep_layer_input_grads_ = false;
+  std::vector<Matrix<T>> layer_input_grads_;
 };
 
 }  // namespace ddpcheck::ref

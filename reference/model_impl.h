@@ -262,6 +262,7 @@ core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready)
   if (output_low_) RoundToAutocast(&d);  // the backward of the loss's cast to float32
   // Without an input gradient to give, backward ends at the lowest running layer with parameters (autograd
   // stops where nothing requires grad), and a Linear there skips its dx product.
+  layer_input_grads_.assign(keep_layer_input_grads_ ? layers_.size() : 0, Matrix<T>());
   size_t lowest = layers_.size();
   for (size_t j = 0; j < layers_.size() && !input_grad_needed_; ++j) {
     if (!bypassed_[j] && std::visit([](const auto& l) { return l.num_params() > 0; }, layers_[j])) {
@@ -300,6 +301,7 @@ core::Status Model<T>::Backward(T loss_scale, const core::GradReadyFn& on_ready)
           layers_[i]);
     }
     if (input_low_[i] && !std::holds_alternative<Linear<T>>(layers_[i])) RoundToAutocast(&d);
+    if (keep_layer_input_grads_) layer_input_grads_[i] = d;
   }
   input_grad_ = input_grad_needed_ ? std::move(d) : Matrix<T>();
   return core::Status::Ok();

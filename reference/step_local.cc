@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/amp.h"
+#include "core/parallel.h"
 #include "core/train_loop.h"
 #include "reference/error_bounds.h"
 #include "reference/trainer.h"
@@ -249,20 +250,30 @@ class Replayer {
       const int64_t n = m.param_info(p).numel();
       const auto& shape = m.param_info(p).shape;
       // The all-reduce: a sum over the W ranks' grads (any order: g(W) of the summed magnitudes), divided by W.
-      std::vector<double> e(static_cast<size_t>(n), 0.0), mag(static_cast<size_t>(n), 0.0);
-      for (auto& [rank, eg] : sb_->grad) {
-        if (pi >= eg.size() || eg[pi].empty()) continue;
-        const auto& gv = sb_->gval[rank][pi];
-        for (size_t k = 0; k < e.size(); ++k) {
-          e[k] += eg[pi][k] / W;
-          mag[k] += std::abs(gv[k]) / W;
-        }
-        bounds_->Add({step, Checkpoint::kLocalGrad, m.param_info(p).name, rank}, AsTensor(std::move(eg[pi]), shape));
-      }
       // With a GradScaler the master's grad is already unscaled: the reduced one is it times the scale, and the
       // unscaled one (what the optimizer reads) the reduced one times 1/scale, one more rounding.
+      std::vector<std::pair<const double*, const double*>> ranks;  // (bound, value) of each rank's local grad
+      for (auto& [rank, eg] : sb_->grad) {
+        if (pi >= eg.size() || eg[pi].empty()) continue;
+        ranks.emplace_back(eg[pi].data(), sb_->gval[rank][pi].data());
+      }
       const double* g = m.grad_data(p);
-      for (size_t k = 0; k < e.size(); ++k) e[k] += core_gamma(W) * mag[k] + u_ * std::abs(g[k]) * loss_scale_;
+      std::vector<double> e(static_cast<size_t>(n));
+      constexpr int64_t kChunk = int64_t{1} << 16;
+      core::ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {  // on every core, each element as before
+        for (int64_t k = c * kChunk; k < std::min(n, (c + 1) * kChunk); ++k) {
+          double ek = 0.0, mag = 0.0;
+          for (const auto& [eg, gv] : ranks) {
+            ek += eg[k] / W;
+            mag += std::abs(gv[k]) / W;
+          }
+          e[static_cast<size_t>(k)] = ek + (core_gamma(W) * mag + u_ * std::abs(g[k]) * loss_scale_);
+        }
+      });
+      for (auto& [rank, eg] : sb_->grad) {
+        if (pi >= eg.size() || eg[pi].empty()) continue;
+        bounds_->Add({step, Checkpoint::kLocalGrad, m.param_info(p).name, rank}, AsTensor(std::move(eg[pi]), shape));
+      }
       // (each bound is moved into bounds_ once nothing reads it: these are the model's size each)
       std::vector<double> reduced;
       if (scaled_) {

@@ -14,6 +14,7 @@
 #include "core/amp.h"
 #include "core/lr_scheduler.h"
 #include "core/optimizer.h"
+#include "core/parallel.h"
 #include "core/plan.h"
 #include "reference/grad_ops.h"
 #include "reference/rank_model.h"
@@ -31,10 +32,25 @@ Tensor ToTensor(const T* data, const core::ParamInfo& info, core::DType dtype) {
   return Tensor(dtype, info.shape, std::vector<double>(data, data + info.numel()));
 }
 
+// Tensors of a model's size copied out on every core (each a fresh vector, written and page-faulted), then
+// added to the trace in order.
+template <typename T>
+std::vector<Tensor> ToTensors(const std::vector<std::pair<const T*, const core::ParamInfo*>>& from) {
+  std::vector<Tensor> out(from.size());
+  core::ParallelFor(static_cast<int64_t>(from.size()), [&](int64_t i) {
+    const auto& [data, info] = from[static_cast<size_t>(i)];
+    out[static_cast<size_t>(i)] = ToTensor(data, *info, core::DTypeOf<T>());
+  });
+  return out;
+}
+
 template <typename T>
 void RecordParams(const Model<T>& m, int64_t step, Checkpoint c, core::Trace* t) {
+  std::vector<std::pair<const T*, const core::ParamInfo*>> from;
+  for (int i = 0; i < m.num_params(); ++i) from.emplace_back(m.param_data(i), &m.param_info(i));
+  std::vector<Tensor> values = ToTensors(from);
   for (int i = 0; i < m.num_params(); ++i) {
-    t->Add({step, c, m.param_info(i).name, core::kAllRanks}, ToTensor(m.param_data(i), m.param_info(i), core::DTypeOf<T>()));
+    t->Add({step, c, m.param_info(i).name, core::kAllRanks}, std::move(values[static_cast<size_t>(i)]));
   }
 }
 
@@ -125,6 +141,8 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     // The user's model as each rank runs it (a layer `unused` on some rank is the model's control flow; the
     // oracle handles it as DDP with find_unused_parameters=True would).
     DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, r, &workers[static_cast<size_t>(r)]));
+    // A hook that analyses each backward (the step-local replay's error bounds) reads its per-layer gradients.
+    if (hooks && hooks->after_backward) workers[static_cast<size_t>(r)].SetKeepLayerInputGrads(true);
   }
   RecordParams(master, 0, Checkpoint::kInit, trace);
   RecordBuffers(master, 0, Checkpoint::kInit, core::kAllRanks, trace);
@@ -166,19 +184,17 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     if (hooks && hooks->load_state) DDPCHECK_RETURN_IF_ERROR(hooks->load_state(step, &master, &state));
     if (scaled && hooks && hooks->load_scaler) DDPCHECK_RETURN_IF_ERROR(hooks->load_scaler(step, &scaler));
     master.ZeroGrad(false);
-    std::vector<std::vector<T>> sum(static_cast<size_t>(np));
     std::vector<bool> used_any(static_cast<size_t>(np), false);
-    for (int p = 0; p < np; ++p) sum[static_cast<size_t>(p)].assign(static_cast<size_t>(master.param_info(p).numel()), T(0));
 
     double total_rows = 0;
     for (int r = 0; r < world; ++r) {
       for (const auto& mb : plans[static_cast<size_t>(r)][step_i].micro_batches) total_rows += static_cast<double>(mb.size());
     }
     std::vector<std::vector<double>> rows(static_cast<size_t>(world));
+    core::ParallelFor(world, [&](int64_t r) { SyncFrom(master, &workers[static_cast<size_t>(r)]); });
     for (int r = 0; r < world; ++r) {
       Model<T>& w = workers[static_cast<size_t>(r)];
       const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
-      SyncFrom(master, &w);
       w.ZeroGrad(true);
       w.SetTraining(true);
       auto& rr = rows[static_cast<size_t>(r)];
@@ -214,35 +230,74 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     } else {
       DDPCHECK_RETURN_IF_ERROR(RunParallel(world, run_rank));
     }
+    // The local gradients recorded (copied out on every core, added in rank order), then DDP's average: each
+    // element summed over the ranks in rank order from 0, on every core over chunks of elements.
+    std::vector<std::pair<int, int>> contributions;  // (rank, param) in rank order
+    std::vector<std::pair<const T*, const core::ParamInfo*>> local;
     for (int r = 0; r < world; ++r) {
       const Model<T>& w = workers[static_cast<size_t>(r)];
       const auto& u = used[static_cast<size_t>(r)];
       for (int p = 0; p < np; ++p) {
-        const auto pi = static_cast<size_t>(p);
-        if (!u[pi]) continue;  // locally unused: contributes zeros
-        used_any[pi] = true;
-        const T* g = w.grad_data(p);
-        trace->Add({step, Checkpoint::kLocalGrad, w.param_info(p).name, r}, ToTensor(g, w.param_info(p), core::DTypeOf<T>()));
-        const double share = static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows;
-        for (size_t e = 0; e < sum[pi].size(); ++e) {
-          sum[pi][e] += global_mean ? g[e] * static_cast<T>(share)
-                        : aliased[pi] ? g[e] / static_cast<T>(world) : g[e] * inv_world;
+        if (!u[static_cast<size_t>(p)]) continue;  // locally unused: contributes zeros
+        used_any[static_cast<size_t>(p)] = true;
+        contributions.emplace_back(r, p);
+        local.emplace_back(w.grad_data(p), &w.param_info(p));
+      }
+    }
+    std::vector<Tensor> local_values = ToTensors(local);
+    for (size_t i = 0; i < contributions.size(); ++i) {
+      const auto [r, p] = contributions[i];
+      trace->Add({step, Checkpoint::kLocalGrad, master.param_info(p).name, r}, std::move(local_values[i]));
+    }
+    local_values.clear();
+    for (int r = 0; r < world; ++r) RecordBuffers(workers[static_cast<size_t>(r)], step, Checkpoint::kBuffers, r, trace);
+    struct Chunk {
+      int p;
+      int64_t begin, end;
+    };
+    constexpr int64_t kChunk = int64_t{1} << 16;
+    std::vector<Chunk> chunks;
+    std::vector<T*> reduced(static_cast<size_t>(np), nullptr);
+    for (int p = 0; p < np; ++p) {
+      if (!used_any[static_cast<size_t>(p)]) continue;  // globally unused: the grad is left untouched
+      reduced[static_cast<size_t>(p)] = master.grad_data(p);
+      const int64_t n = master.param_info(p).numel();
+      for (int64_t b = 0; b < n; b += kChunk) chunks.push_back({p, b, std::min(n, b + kChunk)});
+    }
+    core::ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t c) {
+      const Chunk& ch = chunks[static_cast<size_t>(c)];
+      const auto pi = static_cast<size_t>(ch.p);
+      T* sum = reduced[pi];
+      std::fill(sum + ch.begin, sum + ch.end, T(0));
+      for (size_t i = 0; i < contributions.size(); ++i) {
+        const auto [r, p] = contributions[i];
+        if (p != ch.p) continue;
+        const T* g = local[i].first;
+        if (global_mean) {
+          const auto share = static_cast<T>(static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows);
+          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] * share;
+        } else if (aliased[pi]) {
+          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] / static_cast<T>(world);
+        } else {
+          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] * inv_world;
         }
       }
-      RecordBuffers(w, step, Checkpoint::kBuffers, r, trace);
-    }
+    });
     // Rank 0's buffers survive into the next step's broadcast.
     for (int i = 0; i < master.num_buffers(); ++i) {
       std::copy_n(workers[0].buffer_data(i), master.buffer_info(i).numel(), master.buffer_data(i));
     }
+    std::vector<std::pair<const T*, const core::ParamInfo*>> averaged;
     for (int p = 0; p < np; ++p) {
       const auto pi = static_cast<size_t>(p);
-      if (!used_any[pi]) continue;  // globally unused: the grad is left untouched
-      std::copy(sum[pi].begin(), sum[pi].end(), master.grad_data(p));
+      if (!used_any[pi]) continue;
       master.set_grad_defined(p, true);
       if (s.ddp.gradient_as_bucket_view) aliased[pi] = true;
-      trace->Add({step, Checkpoint::kReduced, master.param_info(p).name, core::kAllRanks},
-                 ToTensor(master.grad_data(p), master.param_info(p), core::DTypeOf<T>()));
+      averaged.emplace_back(reduced[pi], &master.param_info(p));
+    }
+    std::vector<Tensor> averaged_values = ToTensors(averaged);
+    for (size_t i = 0; i < averaged.size(); ++i) {
+      trace->Add({step, Checkpoint::kReduced, averaged[i].second->name, core::kAllRanks}, std::move(averaged_values[i]));
     }
     bool found_inf = false;
     if (scaled) {
