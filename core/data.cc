@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/model_spec.h"
+#include "core/parallel.h"
 
 namespace ddpcheck::core {
 
@@ -88,12 +89,13 @@ Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
   if (spec.kind == "regression") {
     std::vector<double> a = Matrix(d, in, out, spec.exact, 1.0 / std::sqrt(static_cast<double>(in)));
     std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
-    std::vector<double> ys(static_cast<size_t>(n * out)), acc;
-    for (int64_t r = 0; r < n; r += kRowBlock) {
-      const int64_t end = std::min(n, r + kRowBlock);
+    std::vector<double> ys(static_cast<size_t>(n * out));
+    core::ParallelFor((n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {  // blocks of rows on every core
+      const int64_t r = b * kRowBlock, end = std::min(n, r + kRowBlock);
+      std::vector<double> acc;
       RowsTimes(xs, a, r, end, in, out, &acc);
       std::copy(acc.begin(), acc.end(), ys.begin() + r * out);
-    }
+    });
     for (double& v : ys) v = spec.exact ? static_cast<double>(d.Int(-4, 4)) / 4.0 : v + 0.1 * d.Normal();
     *x = Rounded(Tensor(DType::kFloat64, {n, in}, std::move(xs)), s.precision);
     *y = Rounded(Tensor(DType::kFloat64, {n, out}, std::move(ys)), s.precision);
@@ -103,9 +105,10 @@ Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
     std::vector<double> w(static_cast<size_t>(in * out));
     for (double& v : w) v = spec.exact ? static_cast<double>(d.Int(-2, 2)) : d.Normal();
     std::vector<double> xs = Matrix(d, n, in, spec.exact, 1.0);
-    std::vector<double> labels(static_cast<size_t>(n)), acc;
-    for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
-      const int64_t end = std::min(n, r0 + kRowBlock);
+    std::vector<double> labels(static_cast<size_t>(n));
+    core::ParallelFor((n + kRowBlock - 1) / kRowBlock, [&](int64_t b) {  // blocks of rows on every core
+      const int64_t r0 = b * kRowBlock, end = std::min(n, r0 + kRowBlock);
+      std::vector<double> acc;
       RowsTimes(xs, w, r0, end, in, out, &acc);
       for (int64_t r = r0; r < end; ++r) {
         const double* row = acc.data() + (r - r0) * out;
@@ -117,7 +120,7 @@ Status MakeDataset(const Scenario& s, Tensor* x, Tensor* y) {
           }
         }
       }
-    }
+    });
     *x = Rounded(Tensor(DType::kFloat64, {n, in}, std::move(xs)), s.precision);
     *y = Tensor(DType::kInt64, {n}, std::move(labels));
     return Status::Ok();

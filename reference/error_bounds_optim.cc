@@ -1,9 +1,11 @@
 // Optimizer rules of the running error analysis (reference/error_bounds.h): one SGD / Adam / AdamW step of one
 // parameter from an exact state, with a gradient known to within eg. Every Python scalar torch rounds to the
 // run's type (momentum, 1 - dampening, betas, eps, lr, step size) adds u times the term it multiplies.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/parallel.h"
 #include "reference/error_bounds.h"
 
 namespace ddpcheck::ref {
@@ -12,11 +14,19 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Element k of the named state's error bound, 0 where none is given.
-double Prior(const std::map<std::string, std::vector<double>>* err, const char* state, size_t k) {
-  if (!err) return 0;
+// The named state's error bound, or nullptr where none is given; Prior reads element k of it (0 beyond).
+const std::vector<double>* PriorOf(const std::map<std::string, std::vector<double>>* err, const char* state) {
+  if (!err) return nullptr;
   auto it = err->find(state);
-  return it == err->end() || k >= it->second.size() ? 0.0 : it->second[k];
+  return it == err->end() ? nullptr : &it->second;
+}
+double Prior(const std::vector<double>* err, size_t k) { return !err || k >= err->size() ? 0.0 : (*err)[k]; }
+
+// fn(begin, end) over [0, n) in chunks, on every core: each element's rule reads and writes only element k.
+template <typename Fn>
+void ForChunks(int64_t n, const Fn& fn) {
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  core::ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) { fn(c * kChunk, std::min(n, (c + 1) * kChunk)); });
 }
 
 void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const double* g, const std::vector<double>& eg,
@@ -29,7 +39,9 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
     ebuf = &(*estate)["momentum_buffer"];
     ebuf->assign(static_cast<size_t>(n), 0.0);
   }
-  for (int64_t i = 0; i < n; ++i) {
+  const std::vector<double>* prior_buf = PriorOf(before_err, "momentum_buffer");
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     const auto k = static_cast<size_t>(i);
     double d = s.maximize ? -g[i] : g[i];
     double ed = eg[k];
@@ -45,7 +57,7 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
       } else {
         const double old = before.momentum_buffer[k];
         buf = old * s.momentum + (1 - s.dampening) * d;
-        ebuf_k = s.momentum * Prior(before_err, "momentum_buffer", k) + (1 - s.dampening) * ed +
+        ebuf_k = s.momentum * Prior(prior_buf, k) + (1 - s.dampening) * ed +
                  3 * u * (std::abs(old) * s.momentum + (1 - s.dampening) * std::abs(d));
       }
       (*ebuf)[k] = ebuf_k;
@@ -60,6 +72,7 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
     const double np = p[i] - lr * d;
     (*ep)[k] = lr * ed + 2 * u * (std::abs(np) + lr * std::abs(d));
   }
+  });
 }
 
 void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const double* p, const double* g,
@@ -75,7 +88,10 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
   const double bc2_sqrt = std::sqrt(1 - std::pow(s.beta2, step));
   const double step_size = lr / bc1;
   const bool fresh = before.exp_avg.empty();
-  for (int64_t i = 0; i < n; ++i) {
+  const std::vector<double>* prior_m = PriorOf(before_err, "exp_avg");
+  const std::vector<double>* prior_v = PriorOf(before_err, "exp_avg_sq");
+  ForChunks(n, [&](int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     const auto k = static_cast<size_t>(i);
     double pi = p[i], epi = 0;
     double grad = s.maximize ? -g[i] : g[i];
@@ -90,9 +106,9 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
     const double m0 = fresh ? 0.0 : before.exp_avg[k];
     const double v0 = fresh ? 0.0 : before.exp_avg_sq[k];
     const double m = s.beta1 * m0 + (1 - s.beta1) * grad;
-    const double em = s.beta1 * Prior(before_err, "exp_avg", k) + (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
+    const double em = s.beta1 * Prior(prior_m, k) + (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
     const double v = s.beta2 * v0 + (1 - s.beta2) * grad * grad;
-    const double ev = s.beta2 * Prior(before_err, "exp_avg_sq", k) + (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
+    const double ev = s.beta2 * Prior(prior_v, k) + (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
                       4 * u * (s.beta2 * std::abs(v0) + (1 - s.beta2) * grad * grad);
     em_out[k] = em;
     ev_out[k] = ev;
@@ -108,6 +124,7 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
                                             4 * u * std::abs(upd);
     (*ep)[k] = epi + eupd + u * std::abs(pi - upd);
   }
+  });
 }
 
 }  // namespace
