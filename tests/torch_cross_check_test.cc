@@ -3,6 +3,7 @@
 // `ddpcheck torch-compare`. A correct run passes (its replay on the reference and sim agrees value by value);
 // each user mistake is named with its BUGS.md pattern and the first step, checkpoint, tensor and rank.
 #include <cctype>
+#include <iostream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -19,9 +20,22 @@ struct Compared {
   nlohmann::json report;
 };
 
+// torch 1.13's gloo sometimes aborts the rank whose all-reduce timed out (the bypass-ddp run's rank 0), after
+// it has caught the timeout and written its dump: a second gloo::IoException of the same timeout is thrown on a
+// thread nothing catches, the process gets SIGABRT and torch.multiprocessing kills the other rank before its
+// dump is complete (about 1 run in 10 under load). That crash is torch's, not the recording's or ddpcheck's: the
+// run is made again, at most twice, and only for that signature.
+constexpr const char* kTorchGlooAbort = "terminate called after throwing an instance of 'gloo::IoException'";
+
 Compared RunAndCompare(const testing::TempDir& tmp, const std::string& flags) {
-  const std::string dump = tmp.File("dump");
-  const int rc = testing::RunDdpExample(dump, flags);
+  std::string dump;
+  int rc = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    dump = tmp.File("dump" + std::to_string(attempt));
+    rc = testing::RunDdpExample(dump, flags);
+    if (rc == 0 || testing::ReadFile(dump + ".log").find(kTorchGlooAbort) == std::string::npos) break;
+    std::cerr << "torch's gloo aborted a rank after the timeout (" << kTorchGlooAbort << "): run again\n";
+  }
   EXPECT_EQ(rc, 0) << testing::ReadFile(dump + ".log");
   Compared c;
   c.cli = testing::RunCli("torch-compare '" + dump + "' --report-json '" + tmp.File("report.json") + "'");
