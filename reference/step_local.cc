@@ -49,7 +49,10 @@ struct StepBounds {
   std::mutex mu;
   bool ok = true;                                         // every micro-batch had rules
   std::map<int, std::vector<std::vector<double>>> grad;   // rank -> per param accumulated bound
-  std::map<int, std::vector<std::vector<double>>> gval;   // rank -> per param local grad (last micro-batch)
+  // rank -> per param local grad (after the last micro-batch): the rank's own model's grad where it lives until
+  // the optimizer's bounds (a rank's worker), else a copy (a model kept only for a group analysis).
+  std::map<int, std::vector<const double*>> gval;
+  std::map<int, std::vector<std::vector<double>>> gcopy;
   std::map<int, std::vector<std::vector<double>>> buf;    // rank -> per buffer bound
   std::map<int, std::vector<double>> loss;                // rank -> per micro-batch loss bound
   std::map<int64_t, std::map<int, Stashed>> group;       // micro-batch -> rank -> kept for a group analysis
@@ -165,7 +168,7 @@ class Replayer {
       sb_->ok = false;
       return;
     }
-    Accumulate(rank, micro, w, std::move(mb));
+    Accumulate(rank, micro, w, std::move(mb), /*live=*/true);
   }
 
   static bool Synchronises(const Model<double>& w) {
@@ -192,22 +195,30 @@ class Replayer {
         break;
       }
       size_t j = 0;
-      for (const auto& [rank, st] : ranks) Accumulate(rank, micro, st.model, std::move(mbs[j++]));
+      for (const auto& [rank, st] : ranks) Accumulate(rank, micro, st.model, std::move(mbs[j++]), /*live=*/false);
     }
     sb_->group.clear();
   }
 
-  // Adds one micro-batch's bounds to rank's accumulated ones (sb_->mu held or single-threaded).
-  void Accumulate(int rank, int64_t micro, const Model<double>& w, MicroBatchBounds mb) {
+  // Adds one micro-batch's bounds to rank's accumulated ones (sb_->mu held or single-threaded). `live`: w is the
+  // rank's worker, whose grads stay as they are until the optimizer's bounds; else they are copied.
+  void Accumulate(int rank, int64_t micro, const Model<double>& w, MicroBatchBounds mb, bool live) {
     auto& g = sb_->grad[rank];
     auto& gv = sb_->gval[rank];
     g.resize(static_cast<size_t>(w.num_params()));
-    gv.resize(static_cast<size_t>(w.num_params()));
+    gv.resize(static_cast<size_t>(w.num_params()), nullptr);
     for (int p = 0; p < w.num_params(); ++p) {
       const auto pi = static_cast<size_t>(p);
       if (!w.grad_defined(p)) continue;
       const int64_t n = w.param_info(p).numel();
-      gv[pi].assign(w.grad_data(p), w.grad_data(p) + n);
+      if (live) {
+        gv[pi] = w.grad_data(p);
+      } else {
+        auto& copies = sb_->gcopy[rank];
+        copies.resize(static_cast<size_t>(w.num_params()));
+        copies[pi].assign(w.grad_data(p), w.grad_data(p) + n);
+        gv[pi] = copies[pi].data();
+      }
       if (micro == 0 && g[pi].empty() && mb.grad[pi].size() == static_cast<size_t>(n)) {
         g[pi] = std::move(mb.grad[pi]);  // 0 + the first micro-batch's bound
         continue;
@@ -255,7 +266,7 @@ class Replayer {
       std::vector<std::pair<const double*, const double*>> ranks;  // (bound, value) of each rank's local grad
       for (auto& [rank, eg] : sb_->grad) {
         if (pi >= eg.size() || eg[pi].empty()) continue;
-        ranks.emplace_back(eg[pi].data(), sb_->gval[rank][pi].data());
+        ranks.emplace_back(eg[pi].data(), sb_->gval[rank][pi]);
       }
       const double* g = m.grad_data(p);
       std::vector<double> e(static_cast<size_t>(n));
