@@ -88,7 +88,7 @@ void Reducer::WriteSlot(int param, bool defined) {
     replica_->Memory().Fill(view, 0.0);  // a shared slot: the storage of a grad that stays undefined
   } else if (shared_[pi]) {
     // The slot is the grad: scaled in place as the bucket launches (x * fl(1/1) and x / 1 are x: none at W=1).
-    if (comm_->world() > 1) pending_scale_[pi] = aliased_[pi] ? ScaleMode::kDivide : ScaleMode::kMultiply;
+    if (world > 1) pending_scale_[pi] = aliased_[pi] ? ScaleMode::kDivide : ScaleMode::kMultiply;
   } else if (aliased_[pi]) {
     // gradient_as_bucket_view: the grad is the bucket view; torch does bucket_view.div_(div_factor).
     replica_->Memory().CopyScaled(replica_->Grad(param), view, world, ScaleMode::kDivide);

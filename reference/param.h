@@ -50,7 +50,7 @@ struct Param {
         value(static_cast<size_t>(core::NumelOf(shape)), T(0)),
         grad(static_cast<size_t>(core::NumelOf(shape)), T(0)) {}
 
-  // The grad's storage lives elsewhere while set (a CPU world's DDP bucket slot: sim/replica_cpu.h AliasGrad),
+  // The grad's storage lives elsewhere while set (a CPU world's DDP bucket slot: Replica::ShareGradStorage),
   // so the reducer neither copies the grad into its bucket nor the reduced bucket back. A copy of the
   // parameter owns its grad again (the values copied): two models never share one grad.
   T* grad_view = nullptr;
