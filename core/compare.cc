@@ -70,10 +70,9 @@ inline double Ulps(double a, double b, DType dtype) {
 }
 
 // The statistics of an element-wise bounded comparison (no exact rule, a bound per element), in one pass of
-// eight lanes without a branch (core/lanes.h):
-// the same per-element values as CompareTensor's scalar loop feeds its maxima and minimum (each a max or min
-// over the same set, in another order: the same result), and the count of elements over their bound. The
-// scalar loop runs only for a failed tensor, to name its worst element. Returns false for a tail it leaves.
+// eight lanes without a branch (core/lanes.h): the same per-element values as CompareTensor's scalar loop feeds
+// its maxima and minimum (each a max or min over the same set, in another order: the same result), and the count
+// of elements over their bound. The scalar loop runs only for a failed tensor, to name its worst element.
 struct BoundedStats {
   int64_t bad = 0;
   double max_abs = 0, max_rel = 0, max_ulps = 0, max_budget = 0, sensitivity = INFINITY;
@@ -103,15 +102,15 @@ inline V8l Ordered8(V8d v, DType dtype) {
 
 BoundedStats BoundedPass(const double* got, const double* want, const double* elem, int64_t n, DType dt) {
   using lanes::Abs;
-  using lanes::Load;
   using lanes::Max;
   using lanes::Select;
   const V8d zero = {}, inf = lanes::Splat(INFINITY), safety = lanes::Splat(kBoundSafety);
   V8d max_abs = zero, max_rel = zero, max_ulps = zero, max_budget = zero, sens = inf;
   V8l bad = {};
-  const int64_t full = n - n % 8;
-  for (int64_t i = 0; i < full; i += 8) {
-    const V8d g = Load(got + i), w = Load(want + i), b = safety * Load(elem + i);
+  const auto count = static_cast<size_t>(n);
+  for (size_t i = 0; i < count; i += 8) {  // the last group zero-padded: 0 against 0 within a bound of 0
+    const V8d g = lanes::LoadAt(got, i, count), w = lanes::LoadAt(want, i, count);
+    const V8d b = safety * lanes::LoadAt(elem, i, count);
     const V8l both_nan = (g != g) & (w != w);
     const V8d d = Abs(g - w);
     const V8d abs_err = Select((g == w) | both_nan, zero, Select(d != d, inf, d));
@@ -135,20 +134,6 @@ BoundedStats BoundedPass(const double* got, const double* want, const double* el
   st.max_ulps = lanes::MaxOf(max_ulps, 0.0);
   st.max_budget = lanes::MaxOf(max_budget, 0.0);
   st.sensitivity = lanes::MinOf(sens, INFINITY);
-  for (int64_t i = full; i < n; ++i) {  // the tail, as the scalar loop does it
-    const double g = got[i], w = want[i], b = kBoundSafety * elem[i];
-    const bool both_nan = std::isnan(g) && std::isnan(w);
-    double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);
-    if (std::isnan(abs_err)) abs_err = INFINITY;
-    if (!(abs_err <= b)) ++st.bad;
-    st.max_budget = std::max(st.max_budget, b);
-    if (w != 0 && std::isfinite(w)) st.sensitivity = std::min(st.sensitivity, 2 * b / std::abs(w));
-    if (abs_err != 0) {
-      st.max_abs = std::max(st.max_abs, abs_err);
-      st.max_rel = std::max(st.max_rel, w != 0 ? abs_err / std::abs(w) : INFINITY);
-      st.max_ulps = std::max(st.max_ulps, std::isfinite(g) && std::isfinite(w) ? Ulps(g, w, dt) : INFINITY);
-    }
-  }
   return st;
 }
 
@@ -175,28 +160,21 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
   int64_t bad = 0, worst = -1;
   double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
   double max_budget = budget, sensitivity = INFINITY;
+  // The common case, a passing bounded tensor, in one vectorised pass; a failing one (or any other) goes through
+  // the loop, which also names the worst element.
+  bool scanned = false;
   if (elem && !exact) {
-    // The common case, a passing bounded tensor, in one vectorised pass; a failing one goes on below.
     const BoundedStats st = BoundedPass(got.data.data(), want.data.data(), elem->data(), want.numel(), dt);
     if (st.bad == 0) {
-      if (stats) {
-        stats->compared++;
-        stats->max_abs = std::max(stats->max_abs, st.max_abs);
-        stats->max_rel = std::max(stats->max_rel, std::isfinite(st.max_rel) ? st.max_rel : stats->max_rel);
-        stats->max_ulps = std::max(stats->max_ulps, std::isfinite(st.max_ulps) ? st.max_ulps : stats->max_ulps);
-        stats->max_budget = std::max(stats->max_budget, std::max(max_budget, st.max_budget));
-        stats->bounded++;
-        if (st.sensitivity < 1) {
-          stats->sensitivity = std::max(stats->sensitivity, st.sensitivity);
-        } else {
-          stats->noise++;
-        }
-      }
-      if (max_abs_out) *max_abs_out = st.max_abs;
-      return std::nullopt;
+      scanned = true;
+      max_abs = st.max_abs;
+      max_rel = st.max_rel;
+      max_ulps = st.max_ulps;
+      max_budget = std::max(max_budget, st.max_budget);
+      sensitivity = st.sensitivity;
     }
   }
-  for (int64_t i = 0; i < want.numel(); ++i) {
+  for (int64_t i = 0; i < want.numel() && !scanned; ++i) {
     const double g = got.data[static_cast<size_t>(i)], w = want.data[static_cast<size_t>(i)];
     const bool both_nan = std::isnan(g) && std::isnan(w);
     double abs_err = both_nan || g == w ? 0.0 : std::abs(g - w);  // equal infinities (AMP overflow) match
@@ -396,24 +374,19 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
   }
   std::vector<Scale> scales(distinct.size());
   ParallelFor(static_cast<int64_t>(distinct.size()), [&](int64_t i) {
-    // Eight lanes of maxima (core/lanes.h); each ignores a NaN as std::max(m, NaN) does.
+    // Eight lanes of maxima (core/lanes.h), the last group zero-padded; each ignores a NaN as std::max(m, NaN)
+    // does.
     const std::vector<double>& data = distinct[static_cast<size_t>(i)]->data;
     const lanes::V8d largest = lanes::Splat(std::numeric_limits<double>::max());
     lanes::V8d finite = {}, all = {};
-    const size_t n = data.size(), whole = n - n % 8;
-    for (size_t k = 0; k < whole; k += 8) {
-      const lanes::V8d a = lanes::Abs(lanes::Load(&data[k]));
+    for (size_t k = 0; k < data.size(); k += 8) {
+      const lanes::V8d a = lanes::Abs(lanes::LoadAt(data.data(), k, data.size()));
       finite = lanes::Select(a <= largest, lanes::Max(finite, a), finite);  // NaN: false
       all = lanes::Max(all, a);
     }
     Scale& sc = scales[static_cast<size_t>(i)];
     sc.finite = lanes::MaxOf(finite, 0.0);
     sc.all = lanes::MaxOf(all, 0.0);
-    for (size_t k = whole; k < n; ++k) {
-      const double a = std::abs(data[k]);
-      sc.finite = a <= std::numeric_limits<double>::max() ? std::max(sc.finite, a) : sc.finite;
-      sc.all = std::max(sc.all, a);
-    }
   });
   std::map<std::pair<int64_t, Checkpoint>, double> at;
   for (const auto& [key, value] : want.records()) {

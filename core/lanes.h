@@ -5,6 +5,7 @@
 // over the elements in order; each select keeps std::max's and std::min's NaN rule (a NaN candidate is ignored).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -22,6 +23,15 @@ inline V8d Load(const double* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+// The first `count` (< 8) values, the other lanes 0: a scan's last, partial group (a 0 against a 0 adds nothing
+// to any of its maxima, minima or counts).
+inline V8d LoadPartial(const double* p, size_t count) {
+  V8d v = {};
+  std::memcpy(&v, p, count * sizeof(double));
+  return v;
+}
+// Lanes [i, i + 8) of p[0, n), zero-padded past n.
+inline V8d LoadAt(const double* p, size_t i, size_t n) { return i + 8 <= n ? Load(p + i) : LoadPartial(p + i, n - i); }
 inline V8d Splat(double x) { return V8d{} + x; }
 inline V8d Select(V8l mask, V8d a, V8d b) { return mask ? a : b; }
 inline V8d Abs(V8d v) {

@@ -39,4 +39,12 @@ void ParallelFor(int64_t n, const Fn& fn) {
   if (error) std::rethrow_exception(error);
 }
 
+// fn(begin, end) over [0, n) in chunks of `chunk` elements, on every core: for element-wise work over a
+// model-sized array whose element k reads and writes only element k (each element's result is the same in
+// any chunking).
+template <typename Fn>
+void ParallelForChunks(int64_t n, int64_t chunk, const Fn& fn) {
+  ParallelFor((n + chunk - 1) / chunk, [&](int64_t c) { fn(c * chunk, std::min(n, (c + 1) * chunk)); });
+}
+
 }  // namespace ddpcheck::core

@@ -83,28 +83,21 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     if (me.computed != static_cast<size_t>(k) || me.got == me.want) return;  // one value both traces hold: no error
     const std::vector<double>& g = me.got->data;
     const std::vector<double>& v = me.want->data;
-    // Eight lanes of maxima and counts of unequal elements (core/lanes.h), then the tail one by one.
+    // Eight lanes of maxima and counts of unequal elements (core/lanes.h), the last group zero-padded.
     using namespace lanes;  // NOLINT: V8d, Select, Max
     const V8d zero = {}, inf = Splat(INFINITY);
     V8d lane_max = zero;
     V8l lane_unequal = {};
-    const size_t n = v.size(), whole = n - n % 8;
-    for (size_t i = 0; i < whole; i += 8) {
-      const V8d a = Load(&g[i]), b = Load(&v[i]);
+    const size_t n = v.size();
+    for (size_t i = 0; i < n; i += 8) {
+      const V8d a = LoadAt(g.data(), i, n), b = LoadAt(v.data(), i, n);
       const V8l both_nan = (a != a) & (b != b), equal = (a == b) | both_nan;
       const V8d d = Abs(a - b);
       lane_max = Max(lane_max, Select(equal, zero, Select(d != d, inf, d)));
       lane_unequal -= ~both_nan & (a != b);  // a true lane is -1
     }
-    double max_err = MaxOf(lane_max, 0.0);
-    int64_t unequal = SumOf(lane_unequal);
-    for (size_t i = whole; i < n; ++i) {
-      const bool both_nan = std::isnan(g[i]) && std::isnan(v[i]);
-      double err = g[i] == v[i] || both_nan ? 0.0 : std::abs(g[i] - v[i]);
-      err = std::isnan(err) ? INFINITY : err;
-      max_err = std::max(max_err, err);
-      unequal += !both_nan && g[i] != v[i];
-    }
+    const double max_err = MaxOf(lane_max, 0.0);
+    const int64_t unequal = SumOf(lane_unequal);
     me.max_err = max_err;
     me.differs = unequal > 0;
   });

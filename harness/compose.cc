@@ -46,21 +46,14 @@ void Frame(const Composition& c, core::RunReport* report) {
   report->provenance = core::Provenance(extra);
 }
 
+}  // namespace
+
 // The step-local check (reference/step_local.h) judges a run under test (a recorded torch run or the CPU
 // world) against the float64 reference when its oracle is that reference, the arithmetic is not exact by
 // construction and the scenario has rules (no AMP yet). Its fallback for values without element-wise rules is
 // the same policy at one step's budget. The GPU worlds keep their math-mode policies (harness/gpu.h).
 // `diff A B` is judged the same way when B is a stored reference trace and A carries its scenario (a CPU-world
 // or torch trace written by --dump-trace): the replay is B's computation, from A's recorded states.
-bool UseStepLocal(const Composition& c) {
-  if (!c.want) return false;
-  const bool oracle_is_reference = c.want->name.rfind("reference", 0) == 0 ||
-                                   c.want->trace.meta.value("backend", std::string()) == "reference";
-  return StepLocalApplies(c.scenario, c.kind, c.got->trace, c.policy, oracle_is_reference);
-}
-
-}  // namespace
-
 bool StepLocalApplies(const core::Scenario* scenario, SourceKind kind, const core::Trace& got,
                       const core::TolerancePolicy& policy, bool oracle_is_reference) {
   if (!scenario || policy.exact || !oracle_is_reference) return false;
@@ -74,17 +67,12 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
   Frame(c, report);
   const core::Trace& got = c.got->trace;
   core::CompareResult result;
-  if (c.want && UseStepLocal(c)) {
+  if (c.want && c.step_local) {
     // Every step replayed in float64 from the state the run recorded at its start, with element-wise error
     // bounds (docs/tolerance.md): a 1e-4 relative error in float32 is caught at the step where it happens.
     // The replay computes what the oracle computes: the scenario with its faults turned into what they mean
     // (core::OracleScenario), as the whole-trajectory reference does.
-    if (c.step_local) {
-      result = *c.step_local;
-    } else {
-      DDPCHECK_RETURN_IF_ERROR(
-          ref::CheckStepLocal(core::OracleScenario(*c.scenario), got, c.policy, &result).Prefixed("step-local replay"));
-    }
+    result = *c.step_local;
     report->against = c.want->name + ", step-local";
   } else if (c.want) {
     result = core::CompareTraces(got, c.want->trace, c.policy);

@@ -17,8 +17,8 @@ struct Composition {
   SourceKind kind = SourceKind::kSim;  // what produced `got`
   const Produced* want = nullptr;  // null: no oracle (invariants only)
   core::TolerancePolicy policy;
-  // The step-local check's result when Finish ran it before the oracle (StepLocalApplies); null: Compose runs
-  // it where it applies.
+  // The step-local check's result, where it applies (StepLocalApplies; Finish runs it); null: the run is compared
+  // with the oracle's trace.
   const core::CompareResult* step_local = nullptr;
 };
 

@@ -1,7 +1,6 @@
 // Optimizer rules of the running error analysis (reference/error_bounds.h): one SGD / Adam / AdamW step of one
 // parameter from an exact state, with a gradient known to within eg. Every Python scalar torch rounds to the
 // run's type (momentum, 1 - dampening, betas, eps, lr, step size) adds u times the term it multiplies.
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,12 +21,8 @@ const std::vector<double>* PriorOf(const std::map<std::string, std::vector<doubl
 }
 double Prior(const std::vector<double>* err, size_t k) { return !err || k >= err->size() ? 0.0 : (*err)[k]; }
 
-// fn(begin, end) over [0, n) in chunks, on every core: each element's rule reads and writes only element k.
-template <typename Fn>
-void ForChunks(int64_t n, const Fn& fn) {
-  constexpr int64_t kChunk = int64_t{1} << 15;
-  core::ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) { fn(c * kChunk, std::min(n, (c + 1) * kChunk)); });
-}
+// Elements per piece of the rules' work on every core (each element's rule reads and writes only element k).
+constexpr int64_t kChunk = int64_t{1} << 15;
 
 void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const double* g, const std::vector<double>& eg,
                int64_t n, const core::ParamState<double>& before,
@@ -40,38 +35,38 @@ void SgdBounds(const core::OptimizerSpec& s, double lr, const double* p, const d
     ebuf->assign(static_cast<size_t>(n), 0.0);
   }
   const std::vector<double>* prior_buf = PriorOf(before_err, "momentum_buffer");
-  ForChunks(n, [&](int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const auto k = static_cast<size_t>(i);
-    double d = s.maximize ? -g[i] : g[i];
-    double ed = eg[k];
-    if (s.weight_decay != 0) {
-      d += s.weight_decay * p[i];
-      ed += 2 * u * (std::abs(d) + s.weight_decay * std::abs(p[i]));
-    }
-    if (s.momentum != 0) {
-      double buf, ebuf_k;
-      if (first) {
-        buf = d;
-        ebuf_k = ed;
-      } else {
-        const double old = before.momentum_buffer[k];
-        buf = old * s.momentum + (1 - s.dampening) * d;
-        ebuf_k = s.momentum * Prior(prior_buf, k) + (1 - s.dampening) * ed +
-                 3 * u * (std::abs(old) * s.momentum + (1 - s.dampening) * std::abs(d));
+  core::ParallelForChunks(n, kChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto k = static_cast<size_t>(i);
+      double d = s.maximize ? -g[i] : g[i];
+      double ed = eg[k];
+      if (s.weight_decay != 0) {
+        d += s.weight_decay * p[i];
+        ed += 2 * u * (std::abs(d) + s.weight_decay * std::abs(p[i]));
       }
-      (*ebuf)[k] = ebuf_k;
-      if (s.nesterov) {
-        ed = ed + s.momentum * ebuf_k + 3 * u * (std::abs(d) + s.momentum * std::abs(buf));
-        d = d + s.momentum * buf;
-      } else {
-        d = buf;
-        ed = ebuf_k;
+      if (s.momentum != 0) {
+        double buf, ebuf_k;
+        if (first) {
+          buf = d;
+          ebuf_k = ed;
+        } else {
+          const double old = before.momentum_buffer[k];
+          buf = old * s.momentum + (1 - s.dampening) * d;
+          ebuf_k = s.momentum * Prior(prior_buf, k) + (1 - s.dampening) * ed +
+                   3 * u * (std::abs(old) * s.momentum + (1 - s.dampening) * std::abs(d));
+        }
+        (*ebuf)[k] = ebuf_k;
+        if (s.nesterov) {
+          ed = ed + s.momentum * ebuf_k + 3 * u * (std::abs(d) + s.momentum * std::abs(buf));
+          d = d + s.momentum * buf;
+        } else {
+          d = buf;
+          ed = ebuf_k;
+        }
       }
+      const double np = p[i] - lr * d;
+      (*ep)[k] = lr * ed + 2 * u * (std::abs(np) + lr * std::abs(d));
     }
-    const double np = p[i] - lr * d;
-    (*ep)[k] = lr * ed + 2 * u * (std::abs(np) + lr * std::abs(d));
-  }
   });
 }
 
@@ -90,40 +85,40 @@ void AdamBounds(const core::OptimizerSpec& s, bool decoupled, double lr, const d
   const bool fresh = before.exp_avg.empty();
   const std::vector<double>* prior_m = PriorOf(before_err, "exp_avg");
   const std::vector<double>* prior_v = PriorOf(before_err, "exp_avg_sq");
-  ForChunks(n, [&](int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const auto k = static_cast<size_t>(i);
-    double pi = p[i], epi = 0;
-    double grad = s.maximize ? -g[i] : g[i];
-    double eg_k = eg[k];
-    if (decoupled) {
-      pi = pi * (1 - lr * s.weight_decay);
-      epi = 2 * u * std::abs(pi);
-    } else if (s.weight_decay != 0) {
-      grad += s.weight_decay * pi;
-      eg_k += 2 * u * (std::abs(grad) + s.weight_decay * std::abs(pi));
+  core::ParallelForChunks(n, kChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const auto k = static_cast<size_t>(i);
+      double pi = p[i], epi = 0;
+      double grad = s.maximize ? -g[i] : g[i];
+      double eg_k = eg[k];
+      if (decoupled) {
+        pi = pi * (1 - lr * s.weight_decay);
+        epi = 2 * u * std::abs(pi);
+      } else if (s.weight_decay != 0) {
+        grad += s.weight_decay * pi;
+        eg_k += 2 * u * (std::abs(grad) + s.weight_decay * std::abs(pi));
+      }
+      const double m0 = fresh ? 0.0 : before.exp_avg[k];
+      const double v0 = fresh ? 0.0 : before.exp_avg_sq[k];
+      const double m = s.beta1 * m0 + (1 - s.beta1) * grad;
+      const double em = s.beta1 * Prior(prior_m, k) + (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
+      const double v = s.beta2 * v0 + (1 - s.beta2) * grad * grad;
+      const double ev = s.beta2 * Prior(prior_v, k) + (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
+                        4 * u * (s.beta2 * std::abs(v0) + (1 - s.beta2) * grad * grad);
+      em_out[k] = em;
+      ev_out[k] = ev;
+      // |sqrt(v') - sqrt(v)| <= ev / (sqrt(v) + sqrt(max(v - ev, 0))) on both sides.
+      const double sv = std::sqrt(v);
+      const double den_s = sv + std::sqrt(std::max(v - ev, 0.0));
+      const double esq = den_s > 0 ? ev / den_s : std::sqrt(ev);
+      const double denom = sv / bc2_sqrt + s.eps;
+      const double eden = esq / bc2_sqrt + 3 * u * denom;
+      const double upd = step_size * m / denom;
+      const double eupd = eden >= denom ? kInf
+                                        : step_size * (em / (denom - eden) + std::abs(m) * eden / (denom * (denom - eden))) +
+                                              4 * u * std::abs(upd);
+      (*ep)[k] = epi + eupd + u * std::abs(pi - upd);
     }
-    const double m0 = fresh ? 0.0 : before.exp_avg[k];
-    const double v0 = fresh ? 0.0 : before.exp_avg_sq[k];
-    const double m = s.beta1 * m0 + (1 - s.beta1) * grad;
-    const double em = s.beta1 * Prior(prior_m, k) + (1 - s.beta1) * eg_k + 3 * u * (s.beta1 * std::abs(m0) + (1 - s.beta1) * std::abs(grad));
-    const double v = s.beta2 * v0 + (1 - s.beta2) * grad * grad;
-    const double ev = s.beta2 * Prior(prior_v, k) + (1 - s.beta2) * (2 * std::abs(grad) * eg_k + eg_k * eg_k) +
-                      4 * u * (s.beta2 * std::abs(v0) + (1 - s.beta2) * grad * grad);
-    em_out[k] = em;
-    ev_out[k] = ev;
-    // |sqrt(v') - sqrt(v)| <= ev / (sqrt(v) + sqrt(max(v - ev, 0))) on both sides.
-    const double sv = std::sqrt(v);
-    const double den_s = sv + std::sqrt(std::max(v - ev, 0.0));
-    const double esq = den_s > 0 ? ev / den_s : std::sqrt(ev);
-    const double denom = sv / bc2_sqrt + s.eps;
-    const double eden = esq / bc2_sqrt + 3 * u * denom;
-    const double upd = step_size * m / denom;
-    const double eupd = eden >= denom ? kInf
-                                      : step_size * (em / (denom - eden) + std::abs(m) * eden / (denom * (denom - eden))) +
-                                            4 * u * std::abs(upd);
-    (*ep)[k] = epi + eupd + u * std::abs(pi - upd);
-  }
   });
 }
 

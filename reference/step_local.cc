@@ -270,9 +270,8 @@ class Replayer {
       }
       const double* g = m.grad_data(p);
       std::vector<double> e(static_cast<size_t>(n));
-      constexpr int64_t kChunk = int64_t{1} << 16;
-      core::ParallelFor((n + kChunk - 1) / kChunk, [&](int64_t c) {  // on every core, each element as before
-        for (int64_t k = c * kChunk; k < std::min(n, (c + 1) * kChunk); ++k) {
+      core::ParallelForChunks(n, int64_t{1} << 16, [&](int64_t begin, int64_t end) {  // each element as before
+        for (int64_t k = begin; k < end; ++k) {
           double ek = 0.0, mag = 0.0;
           for (const auto& [eg, gv] : ranks) {
             ek += eg[k] / W;

@@ -251,49 +251,34 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     }
     local_values.clear();
     for (int r = 0; r < world; ++r) RecordBuffers(workers[static_cast<size_t>(r)], step, Checkpoint::kBuffers, r, trace);
-    struct Chunk {
-      int p;
-      int64_t begin, end;
-    };
-    constexpr int64_t kChunk = int64_t{1} << 16;
-    std::vector<Chunk> chunks;
-    std::vector<T*> reduced(static_cast<size_t>(np), nullptr);
-    for (int p = 0; p < np; ++p) {
-      if (!used_any[static_cast<size_t>(p)]) continue;  // globally unused: the grad is left untouched
-      reduced[static_cast<size_t>(p)] = master.grad_data(p);
-      const int64_t n = master.param_info(p).numel();
-      for (int64_t b = 0; b < n; b += kChunk) chunks.push_back({p, b, std::min(n, b + kChunk)});
-    }
-    core::ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t c) {
-      const Chunk& ch = chunks[static_cast<size_t>(c)];
-      const auto pi = static_cast<size_t>(ch.p);
-      T* sum = reduced[pi];
-      std::fill(sum + ch.begin, sum + ch.end, T(0));
-      for (size_t i = 0; i < contributions.size(); ++i) {
-        const auto [r, p] = contributions[i];
-        if (p != ch.p) continue;
-        const T* g = local[i].first;
-        if (global_mean) {
-          const auto share = static_cast<T>(static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows);
-          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] * share;
-        } else if (aliased[pi]) {
-          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] / static_cast<T>(world);
-        } else {
-          for (int64_t e = ch.begin; e < ch.end; ++e) sum[e] += g[e] * inv_world;
-        }
-      }
-    });
-    // Rank 0's buffers survive into the next step's broadcast.
-    for (int i = 0; i < master.num_buffers(); ++i) {
-      std::copy_n(workers[0].buffer_data(i), master.buffer_info(i).numel(), master.buffer_data(i));
-    }
     std::vector<std::pair<const T*, const core::ParamInfo*>> averaged;
     for (int p = 0; p < np; ++p) {
       const auto pi = static_cast<size_t>(p);
-      if (!used_any[pi]) continue;
+      if (!used_any[pi]) continue;  // globally unused: the grad is left untouched
+      T* sum = master.grad_data(p);
+      core::ParallelForChunks(master.param_info(p).numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+        std::fill(sum + begin, sum + end, T(0));
+        for (size_t i = 0; i < contributions.size(); ++i) {
+          const auto [r, q] = contributions[i];
+          if (q != p) continue;
+          const T* g = local[i].first;
+          if (global_mean) {
+            const auto share = static_cast<T>(static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows);
+            for (int64_t e = begin; e < end; ++e) sum[e] += g[e] * share;
+          } else if (aliased[pi]) {
+            for (int64_t e = begin; e < end; ++e) sum[e] += g[e] / static_cast<T>(world);
+          } else {
+            for (int64_t e = begin; e < end; ++e) sum[e] += g[e] * inv_world;
+          }
+        }
+      });
       master.set_grad_defined(p, true);
       if (s.ddp.gradient_as_bucket_view) aliased[pi] = true;
-      averaged.emplace_back(reduced[pi], &master.param_info(p));
+      averaged.emplace_back(sum, &master.param_info(p));
+    }
+    // Rank 0's buffers survive into the next step's broadcast.
+    for (int i = 0; i < master.num_buffers(); ++i) {
+      std::copy_n(workers[0].buffer_data(i), master.buffer_info(i).numel(), master.buffer_data(i));
     }
     std::vector<Tensor> averaged_values = ToTensors(averaged);
     for (size_t i = 0; i < averaged.size(); ++i) {
