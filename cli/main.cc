@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -43,12 +44,14 @@ int main(int argc, char** argv) {
   // A check makes and drops tensors of the model's size every step (a trace's values, the replay's bounds).
   // glibc maps each large one afresh and unmaps it when freed, so the next is page-faulted and zeroed again:
   // a third of a large model's check went to the kernel. Freed memory stays with the process instead (it is
-  // reused; the peak is the same, measured in bench/README.md), unless the user tunes malloc themselves. One
+  // reused; the peak is the same, measured in bench/README.md), unless the user tunes malloc themselves (a
+  // glibc.malloc tunable in GLIBC_TUNABLES; an empty one, or one that tunes something else, is not that). One
   // arena for every thread: a worker thread's arena is a 64 MB heap of its own, unmapped whole when its
   // tensors are freed (the trim threshold does not hold it) and mapped and faulted afresh by the next worker
   // (the replay's and the comparisons' threads): 15 % fewer page faults and a fifth off the replay of the
   // 10M-parameter check (bench/README.md). The threads allocate per tensor, not per element: one lock is cheap.
-  if (std::getenv("GLIBC_TUNABLES") == nullptr) {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr || std::strstr(tunables, "glibc.malloc.") == nullptr) {
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
     mallopt(M_ARENA_MAX, 1);
