@@ -13,7 +13,9 @@ memory map) and the run refuses (exit 2) to print a speedup against the netlib r
 (libblas3's, BLAS_INFO=generic) unless --allow-reference-blas: `apt-get install libopenblas0-pthread` (in
 scripts/setup.sh) makes Debian's torch use OpenBLAS. Each row also prints the compute limit of the step: its
 FLOPs per rank (18 B h^2 for three Linear(h,h), forward and backward) over the single-core GEMM peak measured
-here (a float32 matmul on torch's BLAS, one thread). --whole-check adds the whole `ddpcheck run` (world +
+here (a float32 matmul on torch's BLAS, one thread), and its floor: the same step at W = 1 as a bare loop on the
+sim's BLAS (ddpcheck_bench_floor: the products, zero_grad's fill and the SGD update, nothing of the sim's), so
+sim/floor is the sim's own cost and floor/limit the BLAS's and the memory's. --whole-check adds the whole `ddpcheck run` (world +
 reference + step-local replay + compare + report) against the world alone, with peak memory.
 """
 import argparse
@@ -128,6 +130,10 @@ def main():
     if args.whole_check_only:
         whole_check(args, sim_bin, *(("10K", 56, 4) if args.quick else ("10M", 1824, 4)))
         return
+    floor_bin = os.path.join(ROOT, args.build, "bench", "ddpcheck_bench_floor")
+    if not os.path.exists(floor_bin):
+        sys.exit(f"{floor_bin}: not built (cmake --build {args.build} --target ddpcheck_bench_floor)")
+    floors = {}  # hidden -> floor step times, one per round
     rows = []
     for label, hidden, world in grid:
         warmup, steps = steps_for(hidden)
@@ -142,7 +148,11 @@ def main():
             extras.append(("local", ["--comm", "local"]))
         sim_ms, torch_ms = [], []
         extra_ms = {name: [] for name, _ in extras}
+        floor_cmd = [floor_bin, "--hidden", str(hidden), "--batch", str(args.batch), "--warmup", str(warmup),
+                     "--steps", str(steps), "--reps", "1"]
         for _ in range(args.rounds):
+            if len(floors.setdefault(hidden, [])) < args.rounds:
+                floors[hidden].append(run_json(floor_cmd)["step_ms"])
             sim_ms.append(run_json(sim_cmd)["step_ms"])
             torch_ms.append(run_json(torch_cmd)["step_ms"])
             for name, flags in extras:
@@ -164,14 +174,18 @@ def main():
     extra_unit = "".join(f" {'ms/step':>10} {'x':>8}" for n in names)
     print(f"# limit_ms = 18 * batch * h^2 FLOPs per rank-step / {gflops:.1f} GFLOP/s; W ranks share "
           f"{os.cpu_count()} cores, so above W={os.cpu_count()} the limit is per core, not per step")
+    print("# floor_ms = ddpcheck_bench_floor: one rank's step as a bare loop on the sim's BLAS (products, zero_grad, "
+          "SGD; no DDP), the least the sim's W=1 step could take; above W=1 the ranks share cores and communicate")
     print(f"{'model':>6} {'params':>10} {'W':>2} {'sim_ms':>10} {'torch_ms':>10} {'speedup':>8} {'limit_ms':>9} "
-          f"{'sim/limit':>9}{extra_head}")
-    print(f"{'':>6} {'':>10} {'':>2} {'ms/step':>10} {'ms/step':>10} {'x':>8} {'ms/step':>9} {'x':>9}{extra_unit}")
+          f"{'sim/limit':>9} {'floor_ms':>9} {'sim/floor':>9}{extra_head}")
+    print(f"{'':>6} {'':>10} {'':>2} {'ms/step':>10} {'ms/step':>10} {'x':>8} {'ms/step':>9} {'x':>9} {'ms/step':>9} "
+          f"{'x':>9}{extra_unit}")
     for label, params, world, s, t, ex, hidden in rows:
         limit = 18 * args.batch * hidden * hidden / (gflops * 1e9) * 1e3
+        floor = statistics.median(floors[hidden])
         extra = "".join(f" {e:>10.3f} {t / e:>8.2f}" for e in ex)
         print(f"{label:>6} {params:>10} {world:>2} {s:>10.3f} {t:>10.3f} {t / s:>8.2f} {limit:>9.3f} {s / limit:>9.2f}"
-              f"{extra}")
+              f" {floor:>9.3f} {s / floor:>9.2f}{extra}")
     headline = [r for r in rows if r[0] == "10K" and r[2] == 4][0]
     print(f"speedup_vs_torch_10k_w4={headline[4] / headline[3]:.2f}")
     if args.whole_check:
