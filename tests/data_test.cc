@@ -3,6 +3,7 @@
 #include "core/data.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -83,6 +84,46 @@ TEST(MakeDataset, Fp32ScenariosSeeTheFp64DataRoundedToFloat) {
   }
   for (size_t i = 0; i < y64.data.size(); ++i) {
     EXPECT_EQ(y32.data[i], static_cast<double>(static_cast<float>(y64.data[i])));
+  }
+}
+
+// The documented regression recipe recomputed here, element by element: A (in x out) then X (n x in) as normal
+// draws (twelve uniforms of std::mt19937_64 less 6, A scaled by 1/sqrt(in)), y = X A with each sum over k in
+// ascending order, then y + 0.1 * a normal draw per element. Bitwise, for widths below, at and across the
+// product's 32-column tiles and row counts off its 4-row tiles (the products are blocked for speed).
+TEST(MakeDataset, RegressionTargetsAreTheDocumentedSumsBitForBit) {
+  for (const int64_t n : {1, 5, 18}) {
+    for (const int64_t in : {1, 3, 20}) {
+      for (const int64_t out : {1, 7, 31, 32, 33, 70}) {
+        const uint64_t seed = static_cast<uint64_t>(100 + n * in + out);
+        Tensor x, y;
+        ASSERT_TRUE(MakeDataset(Regression(n, in, out, seed, false), &x, &y).ok());
+        std::mt19937_64 gen(seed);
+        auto normal = [&] {
+          double s = 0;
+          for (int i = 0; i < 12; ++i) s += static_cast<double>(gen() >> 11) * 0x1p-53;
+          return s - 6.0;
+        };
+        std::vector<double> a(static_cast<size_t>(in * out)), xs(static_cast<size_t>(n * in));
+        for (double& v : a) v = normal() * (1.0 / std::sqrt(static_cast<double>(in)));
+        for (double& v : xs) v = normal();
+        std::vector<double> want(static_cast<size_t>(n * out));
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t c = 0; c < out; ++c) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < in; ++k) acc += xs[static_cast<size_t>(r * in + k)] * a[static_cast<size_t>(k * out + c)];
+            want[static_cast<size_t>(r * out + c)] = acc;
+          }
+        }
+        for (double& v : want) v = v + 0.1 * normal();
+        ASSERT_EQ(x.data, xs) << n << " " << in << " " << out;
+        ASSERT_EQ(y.data.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&y.data[i], &want[i], sizeof(double)), 0)
+              << "n " << n << " in " << in << " out " << out << " element " << i << ": " << y.data[i] << " vs " << want[i];
+        }
+      }
+    }
   }
 }
 
