@@ -8,8 +8,11 @@
 // excluded. Every step ends with an all-reduce, so rank 0's clock paces the world. `reps` independent runs;
 // the median is reported.
 //
+// With --floor it times instead the same step at W = 1 as a bare loop on the sim's BLAS (bench/step_floor.h),
+// the least the sim's step could take: {"impl": "floor", ...}.
+//
 //   ddpcheck_bench_sim --hidden 56 --world 4 --batch 32 --warmup 3 --steps 20 --reps 3
-// prints one JSON line: {"impl": "sim", "hidden": 56, "params": 9576, "world": 4, ..., "step_ms": 0.41}
+// prints one JSON line: {"impl": "sim/gloo", "hidden": 56, "params": 9576, "world": 4, ..., "step_ms": 0.41}
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,8 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/step_floor.h"
 #include "core/scenario.h"
 #include "core/train_loop.h"
+#include "reference/blas.h"
 #include "sim/world.h"
 
 namespace {
@@ -36,12 +41,13 @@ struct Args {
   bool fingerprints = true;
   int64_t direct_bytes = 256 * 1024;  // GlooCommunicator's one-round all-reduce up to this size; 0: always the ring
   std::string comm = "gloo";  // "gloo" (the realistic one) | "local" (in-memory, for comparison)
+  bool floor = false;         // time bench/step_floor.h's bare loop instead of the sim
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "ddpcheck_bench_sim: %s\nusage: ddpcheck_bench_sim [--hidden H] [--world W] [--batch B] "
-               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local] [--gloo-ring-only]\n",
+               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local] [--gloo-ring-only] [--floor]\n",
                why);
   std::exit(2);
 }
@@ -56,6 +62,10 @@ Args ParseArgs(int argc, char** argv) {
     }
     if (k == "--gloo-ring-only") {
       a.direct_bytes = 0;
+      continue;
+    }
+    if (k == "--floor") {
+      a.floor = true;
       continue;
     }
     if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
@@ -146,16 +156,19 @@ int main(int argc, char** argv) {
   const Args a = ParseArgs(argc, argv);
   std::vector<double> per_step;
   for (int r = 0; r < a.reps; ++r) {
-    per_step.push_back(StepSeconds(a));
+    per_step.push_back(a.floor ? bench::FloorStepSeconds(a.hidden, a.batch, a.warmup, a.steps) : StepSeconds(a));
   }
   std::sort(per_step.begin(), per_step.end());
   const double median = per_step[per_step.size() / 2];
   const int64_t params = 3 * (a.hidden * a.hidden + a.hidden);
+  const std::string impl = a.floor ? "floor" : "sim/" + a.comm;
   std::printf(
-      "{\"impl\": \"sim/%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
-      "\"reps\": %d, \"fingerprints\": %s, \"direct_allreduce_bytes\": %lld, \"step_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f}\n",
-      a.comm.c_str(), static_cast<long long>(a.hidden), static_cast<long long>(params), a.world, static_cast<long long>(a.batch),
-      static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false", static_cast<long long>(a.direct_bytes), median * 1e3,
-      per_step.front() * 1e3, per_step.back() * 1e3);
+      "{\"impl\": \"%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
+      "\"reps\": %d, \"fingerprints\": %s, \"direct_allreduce_bytes\": %lld, \"blas\": \"%s\", \"step_ms\": %.4f, "
+      "\"min_ms\": %.4f, \"max_ms\": %.4f}\n",
+      impl.c_str(), static_cast<long long>(a.hidden), static_cast<long long>(params), a.floor ? 1 : a.world,
+      static_cast<long long>(a.batch), static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false",
+      static_cast<long long>(a.direct_bytes), ref::BlasBackend().c_str(), median * 1e3, per_step.front() * 1e3,
+      per_step.back() * 1e3);
   return 0;
 }

@@ -14,9 +14,10 @@ memory map) and the run refuses (exit 2) to print a speedup against the netlib r
 scripts/setup.sh) makes Debian's torch use OpenBLAS. Each row also prints the compute limit of the step: its
 FLOPs per rank (18 B h^2 for three Linear(h,h), forward and backward) over the single-core GEMM peak measured
 here (a float32 matmul on torch's BLAS, one thread), and its floor: the same step at W = 1 as a bare loop on the
-sim's BLAS (ddpcheck_bench_floor: the products, zero_grad's fill and the SGD update, nothing of the sim's), so
-sim/floor is the sim's own cost and floor/limit the BLAS's and the memory's. --whole-check adds the whole `ddpcheck run` (world +
-reference + step-local replay + compare + report) against the world alone, with peak memory.
+sim's BLAS (ddpcheck_bench_sim --floor: the products, zero_grad's fill and the SGD update, nothing of the sim's),
+so sim/floor is the sim's own cost and floor/limit the BLAS's and the memory's. --whole-check adds the whole
+`ddpcheck run` (world + reference + step-local replay + compare + report) against the world alone, with peak
+memory.
 """
 import argparse
 import json
@@ -130,9 +131,6 @@ def main():
     if args.whole_check_only:
         whole_check(args, sim_bin, *(("10K", 56, 4) if args.quick else ("10M", 1824, 4)))
         return
-    floor_bin = os.path.join(ROOT, args.build, "bench", "ddpcheck_bench_floor")
-    if not os.path.exists(floor_bin):
-        sys.exit(f"{floor_bin}: not built (cmake --build {args.build} --target ddpcheck_bench_floor)")
     floors = {}  # hidden -> floor step times, one per round
     rows = []
     for label, hidden, world in grid:
@@ -148,8 +146,8 @@ def main():
             extras.append(("local", ["--comm", "local"]))
         sim_ms, torch_ms = [], []
         extra_ms = {name: [] for name, _ in extras}
-        floor_cmd = [floor_bin, "--hidden", str(hidden), "--batch", str(args.batch), "--warmup", str(warmup),
-                     "--steps", str(steps), "--reps", "1"]
+        floor_cmd = [sim_bin, "--floor", "--hidden", str(hidden), "--batch", str(args.batch), "--warmup",
+                     str(warmup), "--steps", str(steps), "--reps", "1"]
         for _ in range(args.rounds):
             if len(floors.setdefault(hidden, [])) < args.rounds:
                 floors[hidden].append(run_json(floor_cmd)["step_ms"])
@@ -174,7 +172,7 @@ def main():
     extra_unit = "".join(f" {'ms/step':>10} {'x':>8}" for n in names)
     print(f"# limit_ms = 18 * batch * h^2 FLOPs per rank-step / {gflops:.1f} GFLOP/s; W ranks share "
           f"{os.cpu_count()} cores, so above W={os.cpu_count()} the limit is per core, not per step")
-    print("# floor_ms = ddpcheck_bench_floor: one rank's step as a bare loop on the sim's BLAS (products, zero_grad, "
+    print("# floor_ms = ddpcheck_bench_sim --floor: one rank's step as a bare loop on the sim's BLAS (products, zero_grad, "
           "SGD; no DDP), the least the sim's W=1 step could take; above W=1 the ranks share cores and communicate")
     print(f"{'model':>6} {'params':>10} {'W':>2} {'sim_ms':>10} {'torch_ms':>10} {'speedup':>8} {'limit_ms':>9} "
           f"{'sim/limit':>9} {'floor_ms':>9} {'sim/floor':>9}{extra_head}")

@@ -1,16 +1,5 @@
-// ddpcheck_bench_floor: the least one rank's step of the bench's MLP can take on the sim's BLAS.
+// The least one rank's step of the bench's MLP can take on the sim's BLAS: bench/step_floor.h.
 //
-// The same step as ddpcheck_bench_sim's at W = 1 (Linear(h,h) -> ReLU -> Linear(h,h) -> ReLU -> Linear(h,h), MSE,
-// plain SGD, fp32, batch B), written as a bare loop over flat arrays with nothing of the sim's: no DDP, no
-// buckets, no fingerprints, no model classes. Each step: zero_grad (a fill of the gradients, as torch 1.13's
-// zero_grad() does), the forward's three products through ref::BlasGemm (the sim's BLAS, one thread) with bias
-// and ReLU, the MSE gradient, the backward's three weight-gradient products accumulated into the zeroed
-// gradients (as the sim's are) and two input-gradient products, the bias gradients, and the SGD update
-// p -= lr g. bench/compare.py prints it beside the sim's step: what is left between them is the sim's own
-// cost; what is left between it and the compute limit is the BLAS's and the memory's.
-//
-//   ddpcheck_bench_floor --hidden 1824 --batch 32 --warmup 3 --steps 20 --reps 3
-// prints one JSON line: {"impl": "floor", "hidden": 1824, ..., "blas": "openblas ...", "step_ms": 30.1}
 // Eigen's packing of a transposed row-major operand trips GCC 12's -Wmaybe-uninitialized inside its AVX-512
 // intrinsics (a false positive the library's own products share); it says nothing about this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,52 +7,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
+#include <cstdint>
 #include <vector>
 
+#include "bench/step_floor.h"
 #include "reference/blas.h"
 
+namespace ddpcheck::bench {
 namespace {
-
-using namespace ddpcheck;
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Map = Eigen::Map<RowMajor>;
 using ConstMap = Eigen::Map<const RowMajor>;
-
-struct Args {
-  int64_t hidden = 1824;
-  int64_t batch = 32;
-  int64_t warmup = 3;
-  int64_t steps = 20;
-  int reps = 3;
-};
-
-[[noreturn]] void Usage(const char* why) {
-  std::fprintf(stderr,
-               "ddpcheck_bench_floor: %s\nusage: ddpcheck_bench_floor [--hidden H] [--batch B] [--warmup N] "
-               "[--steps N] [--reps N]\n",
-               why);
-  std::exit(2);
-}
-
-Args ParseArgs(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
-    const long long v = std::atoll(argv[++i]);
-    if (v < 1) Usage((k + " must be >= 1").c_str());
-    if (k == "--hidden") a.hidden = v;
-    else if (k == "--batch") a.batch = v;
-    else if (k == "--warmup") a.warmup = v;
-    else if (k == "--steps") a.steps = v;
-    else if (k == "--reps") a.reps = static_cast<int>(v);
-    else Usage(("unknown flag " + k).c_str());
-  }
-  return a;
-}
 
 // Row-major C (m x n) = op(A) op(B) + beta C through the sim's BLAS, Eigen where it declines (small products).
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float beta, float* c) {
@@ -78,9 +32,10 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, con
   else C.noalias() += A * B;
 }
 
-// Steady-state seconds per step of `warmup + steps` steps on one fresh model and batch.
-double StepSeconds(const Args& a) {
-  const int64_t h = a.hidden, B = a.batch;
+}  // namespace
+
+double FloorStepSeconds(int64_t hidden, int64_t batch, int64_t warmup, int64_t steps) {
+  const int64_t h = hidden, B = batch;
   constexpr int kLayers = 3;
   const float lr = 0.01f;
   std::vector<std::vector<float>> w(kLayers, std::vector<float>(static_cast<size_t>(h * h)));
@@ -103,8 +58,8 @@ double StepSeconds(const Args& a) {
 
   using Clock = std::chrono::steady_clock;
   Clock::time_point warm;
-  for (int64_t step = 0; step < a.warmup + a.steps; ++step) {
-    if (step == a.warmup) warm = Clock::now();
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) warm = Clock::now();
     for (int l = 0; l < kLayers; ++l) {
       std::fill(gw[l].begin(), gw[l].end(), 0.0f);
       std::fill(gb[l].begin(), gb[l].end(), 0.0f);
@@ -140,22 +95,7 @@ double StepSeconds(const Args& a) {
       for (int64_t j = 0; j < h; ++j) bias[l][j] -= lr * gb[l][j];
     }
   }
-  return std::chrono::duration<double>(Clock::now() - warm).count() / static_cast<double>(a.steps);
+  return std::chrono::duration<double>(Clock::now() - warm).count() / static_cast<double>(steps);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args a = ParseArgs(argc, argv);
-  std::vector<double> per_step;
-  for (int r = 0; r < a.reps; ++r) per_step.push_back(StepSeconds(a));
-  std::sort(per_step.begin(), per_step.end());
-  const double median = per_step[per_step.size() / 2];
-  std::printf(
-      "{\"impl\": \"floor\", \"hidden\": %lld, \"params\": %lld, \"batch\": %lld, \"steps\": %lld, \"reps\": %d, "
-      "\"blas\": \"%s\", \"step_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f}\n",
-      static_cast<long long>(a.hidden), static_cast<long long>(3 * (a.hidden * a.hidden + a.hidden)),
-      static_cast<long long>(a.batch), static_cast<long long>(a.steps), a.reps, ref::BlasBackend().c_str(),
-      median * 1e3, per_step.front() * 1e3, per_step.back() * 1e3);
-  return 0;
-}
+}  // namespace ddpcheck::bench
