@@ -6,7 +6,10 @@
     checked by zipfile) holds what was given;
   * the reduced bucket DDP's own all-reduce leaves is kept without a copy and marked reduced_is_grads when the grads
     optimizer.step sees are it, and copied, holding the all-reduce's result, when they are not (grads clipped), or
-    when a second synced backward in the step rewrites DDP's buffer.
+    when a second synced backward in the step rewrites DDP's buffer;
+  * the dataset rows rec.step() is given are kept when they are one tensor of rows of one shape (the latest row of an
+    index wins), and otherwise (a tuple of inputs, text padded to each batch's length) the dataset is dropped with
+    a reason and the loop goes on: the recording's index is written and says why the run is not replayed.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -102,6 +105,35 @@ class PeerAliases(unittest.TestCase):
             self.assertTrue(np.array_equal(got["x"], a))
 
 
+class Rows(unittest.TestCase):
+    def test_rows_of_one_shape_are_kept_with_the_latest_row_of_an_index(self):
+        rows = ddpcheck_torch._Rows("xb")
+        rows.put(0, np.array([2, 0]), torch.tensor([[2.0, 2.5], [0.0, 0.5]]))
+        rows.put(1, np.array([3, 2]), torch.tensor([[3.0, 3.5], [9.0, 9.5]]))
+        self.assertIsNone(rows.note)
+        self.assertEqual(rows.seen().tolist(), [0, 2, 3])
+        self.assertTrue(torch.equal(rows.tensor(5), torch.tensor([[0.0, 0.5], [0, 0], [9.0, 9.5], [3.0, 3.5], [0, 0]])))
+
+    def test_what_is_not_one_tensor_of_rows_of_one_shape_drops_the_rows_with_a_reason(self):
+        cases = {
+            "a tuple": [(torch.zeros(2, 3, dtype=torch.int64), torch.tensor([3, 2]))],
+            "a list": [[torch.zeros(3), torch.zeros(3)]],
+            "rows padded per batch": [torch.zeros(2, 9, dtype=torch.int64), torch.zeros(2, 7, dtype=torch.int64)],
+            "another dtype": [torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64)],
+            "not a row per index": [torch.zeros(3, 4)],
+            "a scalar": [torch.tensor(1.0)],
+        }
+        for what, batches in cases.items():
+            rows = ddpcheck_torch._Rows("xb")
+            for b, batch in enumerate(batches):
+                rows.put(b, np.array([2 * b, 2 * b + 1]), batch)
+            self.assertIsNotNone(rows.note, what)
+            self.assertTrue(rows.note.startswith("rec.step()'s xb"), rows.note)
+            self.assertIsNone(rows.first, what)  # nothing kept, nothing assembled at close
+            rows.put(9, np.array([0, 1]), torch.zeros(2, 3))  # and nothing more is kept
+            self.assertIsNone(rows.first, what)
+
+
 class BucketTaps(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -187,6 +219,30 @@ class BucketTaps(unittest.TestCase):
                 rec.step(torch.arange(4) + 4 * s, x, y)
             rec.close()
             self.assertEqual(ddpcheck_torch.CHANGED_GRADS in rec.no_replay, clip)
+
+    def test_inputs_the_dataset_cannot_hold_leave_the_loop_and_the_index_whole(self):
+        for xb_of in (lambda x, s: (x, torch.full((4,), 8 - s)),  # forward(text, lengths)
+                      lambda x, s: x[:, :8 - s]):  # text padded to each batch's longest
+            torch.manual_seed(0)
+            ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            out = tempfile.mkdtemp()
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+            for s in range(3):
+                opt.zero_grad()
+                x, y = torch.randn(4, 8), torch.randn(4, 3)
+                nn.MSELoss()(ddp(x), y).backward()
+                opt.step()
+                rec.step(torch.arange(4) + 4 * s, xb_of(x, s), y)
+            rec.close()
+            with open(os.path.join(out, "rank0", "index.json")) as f:
+                ix = __import__("json").load(f)
+            self.assertEqual(len(ix["steps"]), 3)
+            self.assertNotIn("dataset", ix)
+            self.assertFalse(ix["replay"]["possible"])
+            notes = [r for r in ix["replay"]["reasons"] if r.startswith("rec.step()'s xb")]
+            self.assertEqual(len(notes), 1, ix["replay"]["reasons"])
+            self.assertTrue(notes[0].endswith("the dataset is not recorded"), notes[0])
 
     def test_a_second_synced_backward_does_not_overwrite_the_first(self):
         entries = list(self._record(backwards=2))

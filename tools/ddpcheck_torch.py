@@ -512,14 +512,40 @@ class _Rows:
     """The latest row of every dataset index the batches showed (the dataset rebuilt when set_dataset was not
     called), in index arrays: a batch is copied once and kept while a row of it is the latest of its index."""
 
-    def __init__(self):
+    def __init__(self, what):
+        self.what = what  # "xb" or "yb": rec.step()'s argument, for the note
         self._bid = np.full(0, -1, np.int64)  # dataset row -> id of the batch holding its latest value (-1: none)
         self._pos = np.zeros(0, np.int64)  # dataset row -> its row in that batch
         self._batches = {}  # batch id -> [the batch's copy, how many of its rows are the latest of their index]
         self.first = None  # the first dataset row seen (its batch gives the rows' shape and dtype)
+        self.note = None  # why the rows are not kept (then nothing more is): not one tensor of rows of one shape
+
+    def _unusable(self, batch, rows):
+        """Why `batch` cannot be kept as the rows `rows` of one dataset tensor, or None."""
+        if not (torch.is_tensor(batch) or isinstance(batch, np.ndarray)):
+            return "rec.step()'s %s is a %s, not one tensor of rows" % (self.what, type(batch).__name__)
+        shape = tuple(batch.shape)
+        if not shape or shape[0] != rows.size:
+            return "rec.step()'s %s has shape %s, not one row per batch index (%d)" % (self.what, shape, rows.size)
+        if self._batches:
+            first = next(iter(self._batches.values()))[0]
+            if tuple(first.shape[1:]) != shape[1:] or first.dtype != torch.as_tensor(batch).dtype:
+                return ("rec.step()'s %s rows changed from shape %s, %s to %s, %s between batches (padded to each "
+                        "batch's length?)" % (self.what, tuple(first.shape[1:]), first.dtype, shape[1:],
+                                              torch.as_tensor(batch).dtype))
+        return None
 
     def put(self, bid, rows, batch):
-        """rows: the batch's dataset rows (non-negative int64 array), in order; a later row of an index wins."""
+        """rows: the batch's dataset rows (non-negative int64 array), in order; a later row of an index wins. A batch
+        that is not one tensor of rows of the shape and dtype of the first (a tuple of inputs, text padded per
+        batch) sets `note` and drops what was kept: the dataset is then not recorded, never an exception."""
+        if self.note is not None:
+            return
+        self.note = self._unusable(batch, rows)
+        if self.note is not None:
+            self._batches.clear()
+            self.first = None
+            return
         if rows.max() >= self._bid.size:
             grow = max(int(rows.max()) + 1, 2 * self._bid.size) - self._bid.size
             self._bid = np.concatenate([self._bid, np.full(grow, -1, np.int64)])
@@ -711,7 +737,7 @@ class DdpRecorder:
         self.steps = []
         self.error = None
         self.dataset = None
-        self.x_rows, self.y_rows = _Rows(), _Rows()
+        self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
@@ -866,10 +892,12 @@ class DdpRecorder:
             rows = None
             if "rec.step() got negative batch indices" not in self.no_replay:
                 self.no_replay.append("rec.step() got negative batch indices")
-        if xb is not None and rows is not None:
-            self.x_rows.put(s, rows, xb)
-        if yb is not None and rows is not None:
-            self.y_rows.put(s, rows, yb)
+        for kept, batch in ((self.x_rows, xb), (self.y_rows, yb)):
+            if batch is not None and rows is not None:
+                kept.put(s, rows, batch)
+                why = kept.note and kept.note + ": the dataset is not recorded"
+                if why and why not in self.no_replay:
+                    self.no_replay.append(why)
         p = "s%d" % s
         opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
         lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
@@ -1015,9 +1043,17 @@ class DdpRecorder:
         elif self.x_rows.first is not None and self.y_rows.first is not None:
             seen = self.x_rows.seen()
             n = max(int(seen[-1]) + 1, (ix.get("sampler") or {}).get("len") or 0)
-            ix["dataset"] = {"x": self._save("dataset.x", self.x_rows.tensor(n)),
-                             "y": self._save("dataset.y", self.y_rows.tensor(n)),
-                             "complete": seen.size == n, "rows_seen": seen.tolist()}
+            try:  # the recording's index is written whatever its dataset does
+                x, y = self.x_rows.tensor(n), self.y_rows.tensor(n)
+            except Exception as e:  # noqa: BLE001 - the dataset is optional: the protocol check does not need it
+                x = None
+                note = "the dataset could not be assembled from rec.step()'s batches (%s: %s)" % (
+                    type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                if note not in self.no_replay:
+                    self.no_replay.append(note)
+            if x is not None:
+                ix["dataset"] = {"x": self._save("dataset.x", x), "y": self._save("dataset.y", y),
+                                 "complete": seen.size == n, "rows_seen": seen.tolist()}
         batch = (os.path.join(self.dir, self._archive), self._entries, self._files, self._shared)
         self._entries, self._files, self._archive_bytes, self._shared = [], [], 0, set()
         self._writer.close(batch, len(self.steps))  # every file is on disk before the index that names them
