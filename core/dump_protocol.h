@@ -67,6 +67,7 @@ struct ProtocolStep {
 struct ProtocolRank {
   int rank = 0;
   bool failed = false;
+  std::vector<std::string> param_names;  // this rank's parameters in DDP's order (its index's "params")
   std::map<std::string, Tensor> init;
   std::optional<nlohmann::json> sampler;
   std::vector<ProtocolStep> steps;

@@ -106,6 +106,43 @@ void CheckBypass(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
   }
 }
 
+// Every rank's parameters in DDP's order against rank 0's: DDP pairs parameters across ranks by position, so the
+// same names in another order (a model built from a set) all-reduce different tensors together, whatever the
+// bucket indices say.
+void CheckParamOrder(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (r.ranks.empty() || r.ranks[0].param_names.empty()) return;
+  const std::vector<std::string>& names0 = r.ranks[0].param_names;
+  bool checked = false;
+  for (size_t i = 1; i < r.ranks.size(); ++i) {
+    const std::vector<std::string>& names = r.ranks[i].param_names;
+    if (names.empty()) continue;
+    checked = true;
+    if (names == names0) continue;
+    std::vector<std::string> a = names0, b = names;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    const bool reordered = a == b;
+    size_t at = 0;
+    while (at < names.size() && at < names0.size() && names[at] == names0[at]) ++at;
+    Mismatch m;
+    m.key = {0, Checkpoint::kBucket, "bucket.params", r.ranks[i].rank};
+    m.kind = "rank-divergent";
+    m.against = fmt::format("rank {}", r.ranks[0].rank);
+    const std::string here = at < names.size() ? "'" + names[at] + "'" : "nothing";
+    const std::string there = at < names0.size() ? "'" + names0[at] + "'" : "nothing";
+    m.message = fmt::format("DDP's parameter {} is {} on rank {} but {} on rank {}", at, here, r.ranks[i].rank, there,
+                            r.ranks[0].rank);
+    if (reordered) {
+      f->push_back({m, fmt::format("param-order@{}", r.ranks[i].rank),
+                    m.message + fmt::format(": rank {} registered the same parameters in another order, so DDP "
+                                            "averages different tensors together", r.ranks[i].rank), 0});
+    } else {
+      f->push_back({m, "", m.message + ": the ranks' models have different parameters", 0});
+    }
+  }
+  if (checked) out->checked.push_back("every rank's parameters in DDP's order against rank 0's");
+}
+
 // Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.
 void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (!r.buckets_note.empty() || !r.ddp_wrapped) {
@@ -225,6 +262,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);
+  CheckParamOrder(r, out, f);
   CheckBuckets(r, out, f);
   CheckMean(r, out, f);
   CheckReference(r, out, f);

@@ -212,6 +212,9 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     pr.failed = r.failed;
     try {
       DumpTensorFiles tensors(r.dir);
+      if (r.index.contains("params") && r.index.at("params").is_array()) {
+        for (const auto& p : r.index.at("params")) pr.param_names.push_back(p.at("name").get<std::string>());
+      }
       DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, r.index.at("init"), &pr.init));
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
       const auto& steps = r.index.at("steps");

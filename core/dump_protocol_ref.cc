@@ -19,6 +19,11 @@ constexpr double kSafety = 64.0;
 constexpr double kFactorTol = 0.02;
 // Under autocast the element-wise bound (with bfloat16's u) is vacuous; the scale must then lie within this.
 constexpr double kAutocastScaleTol = 0.1;
+// A gradient is "c x the reference" (a scaling mistake: the patterns below, and a mismatch's ratio) only when c times
+// the reference leaves at most this relative residual of it, ||got - c ref|| / ||got||: a loss scaled on one rank
+// leaves rounding noise (~1e-6 in float32); a gradient wrong for another reason (BatchNorm in eval mode on one
+// rank, parameters in another order) leaves 0.4-1.0, whatever its least-squares c happens to be.
+constexpr double kScaleFitTol = 0.01, kAutocastScaleFitTol = 0.05;
 
 using Grads = std::map<std::string, std::vector<double>>;
 
@@ -61,9 +66,29 @@ double Scale(const Grads& got, const Grads& ref) {
   return den > 0 ? num / den : 1.0;
 }
 
+// ||got - c ref|| / ||got|| over every parameter both hold: how far got is from being c x ref (0 when both vanish).
+double Residual(const Grads& got, const Grads& ref, double c) {
+  double num = 0, den = 0;
+  for (const auto& [k, w] : ref) {
+    auto it = got.find(k);
+    if (it == got.end() || it->second.size() != w.size()) continue;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double d = it->second[i] - c * w[i];
+      num += d * d;
+      den += it->second[i] * it->second[i];
+    }
+  }
+  if (den > 0) return std::sqrt(num / den);
+  return num > 0 ? 1.0 : 0.0;
+}
+
 struct Side {
   std::optional<Mismatch> first;
   double scale = 1;
+  double residual = 0;  // Residual(got, ref, scale)
+  bool autocast = false;
+  // Whether got is `scale` x the reference, up to rounding: a scaling mistake explains the mismatch.
+  bool Scaled() const { return residual <= (autocast ? kAutocastScaleFitTol : kScaleFitTol); }
 };
 
 // Every parameter of `got` against `ref`, budget kSafety * u * terms * max|ref| where max|ref| is over the whole
@@ -73,6 +98,8 @@ Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, con
              int64_t terms, bool autocast, ProtocolResult* out) {
   Side side;
   side.scale = Scale(got, ref);
+  side.residual = Residual(got, ref, side.scale);
+  side.autocast = autocast;
   const double u = UnitRoundoff(r.dtype);
   double scale = 0;
   for (const auto& [name, w] : ref) {
@@ -93,10 +120,10 @@ Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, con
     m.key = {step, c, ref.begin()->first, rank};
     m.kind = "reference-divergent";
     m.against = "single-process float64 reference";
-    m.ratio = side.scale;
     side.first = m;
   }
-  if (side.first) side.first->ratio = side.scale;
+  // The mismatch's ratio says "every element is <ratio> x the reference": only where that is so.
+  if (side.first) side.first->ratio = side.Scaled() ? side.scale : 0.0;
   return side;
 }
 
@@ -185,8 +212,16 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     if (!bad.empty()) {
       const bool all = bad.size() == local.size() && complete;
       auto every_near = [&](double factor) {
-        return std::all_of(local.begin(), local.end(), [&](const Side& x) { return Near(x.scale, factor, autocast); });
+        return std::all_of(local.begin(), local.end(),
+                           [&](const Side& x) { return x.Scaled() && Near(x.scale, factor, autocast); });
       };
+      const bool some_ok = std::any_of(local.begin(), local.end(), [&](const Side& x) { return !x.first; });
+      // A rank whose gradient is a multiple of the reference other than 1 (its loss scaled), the farthest from 1.
+      std::optional<size_t> scaled;
+      for (size_t i : bad) {
+        if (!local[i].Scaled() || Near(local[i].scale, 1.0, autocast)) continue;
+        if (!scaled || std::abs(local[i].scale - 1) > std::abs(local[*scaled].scale - 1)) scaled = i;
+      }
       ProtocolFinding fi{*local[bad[0]].first, "", "", 4};
       const std::string factor = all ? FactorPattern(every_near, micro, r.world) : "";
       if (factor == "grad-accum-normalisation") {
@@ -199,17 +234,26 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
                                      "batch = W: the loss was multiplied by the world size (DDP already averages)",
                                      local[0].scale);
-      } else if (!all || std::any_of(local.begin(), local.end(), [&](const Side& x) { return !x.first; })) {
-        size_t worst = bad[0];
-        for (size_t i : bad) if (std::abs(local[i].scale - 1) > std::abs(local[worst].scale - 1)) worst = i;
+      } else if (scaled && (!all || some_ok)) {
+        const size_t worst = *scaled;
         fi.mismatch = *local[worst].first;
         fi.pattern = fmt::format("loss-scale-per-rank@{}", ranks[worst]);
         fi.explanation = fmt::format("rank {}'s local gradient is {:.4g} x the single-process gradient of its batch "
                                      "while other ranks' match: that rank scales its loss differently",
                                      ranks[worst], local[worst].scale);
+      } else if (some_ok) {
+        fi.explanation = fmt::format("rank {}'s local gradient differs from the single-process float64 gradient of its "
+                                     "batch (not a multiple of it: {:.2g} of it is left after the best factor {:.4g}) "
+                                     "while other ranks' match: that rank's forward or backward differs (a layer "
+                                     "in another mode, other weights or another order of parameters)",
+                                     ranks[bad[0]], local[bad[0]].residual, local[bad[0]].scale);
       } else {
         fi.explanation = fmt::format("the local gradients differ from the single-process float64 gradient of the "
-                                     "same batch (scale {:.4g}); no common factor", local[0].scale);
+                                     "same batch ({}); no common factor",
+                                     local[0].Scaled() ? fmt::format("scale {:.4g}", local[0].scale)
+                                                       : fmt::format("not a multiple of it: {:.2g} of it is left "
+                                                                     "after the best factor {:.4g}",
+                                                                     local[0].residual, local[0].scale));
       }
       f->push_back(fi);
       continue;
@@ -221,11 +265,16 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     Side red = Compare(r, step, Checkpoint::kReduced, r.ranks[0].rank, reduced, mean, rows + max_numel + r.world,
                        autocast, out);
     if (red.first) {
-      ProtocolFinding fi{*red.first, "", fmt::format("the reduced gradient is {:.4g} x the single-process gradient "
-                                                     "of the global batch", red.scale), 4};
+      ProtocolFinding fi{*red.first, "",
+                         red.Scaled() ? fmt::format("the reduced gradient is {:.4g} x the single-process gradient of "
+                                                    "the global batch", red.scale)
+                                      : fmt::format("the reduced gradient differs from the single-process gradient of "
+                                                    "the global batch (not a multiple of it: {:.2g} of it is left after "
+                                                    "the best factor {:.4g})", red.residual, red.scale), 4};
       // Reached with a factor only where the local gradients could not be compared (a bucket all-reduced more
       // than once in the step): the same readings as theirs above.
-      fi.pattern = FactorPattern([&](double factor) { return Near(red.scale, factor, autocast); }, micro, r.world);
+      fi.pattern = FactorPattern([&](double factor) { return red.Scaled() && Near(red.scale, factor, autocast); },
+                                 micro, r.world);
       if (fi.pattern == "grad-accum-normalisation") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the mean over the step's {} micro-batches: "
                                      "the accumulated micro-batch losses were not divided by the window",

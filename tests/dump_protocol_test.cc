@@ -4,6 +4,8 @@
 // assignment fails at step 0; a parameter update that is not SGD's fails at params.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/dump_protocol.h"
 
 namespace ddpcheck::core {
@@ -11,8 +13,9 @@ namespace {
 
 Tensor T(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
 
-// W ranks, one parameter "w" of 3 elements, SGD lr 0.1, one step; rank r's local gradient = scale[r] * ref.
-ProtocolRecords Records(const std::vector<double>& scale) {
+// W ranks, one parameter "w" of 3 elements, SGD lr 0.1, one step; rank r's local gradient = scale[r] * ref, or
+// locals[r] where given (the reduced gradient and the update follow from them).
+ProtocolRecords Records(const std::vector<double>& scale, std::map<int, std::vector<double>> locals = {}) {
   ProtocolRecords r;
   r.world = static_cast<int>(scale.size());
   r.dtype = DType::kFloat64;
@@ -25,8 +28,11 @@ ProtocolRecords Records(const std::vector<double>& scale) {
   r.groups = {g};
   r.schedulers_known = true;
   const std::vector<double> ref = {0.5, -1.0, 2.0}, p0 = {1.0, 2.0, 3.0};
+  for (int k = 0; k < r.world; ++k) {
+    if (!locals.count(k)) locals[k] = {scale[k] * ref[0], scale[k] * ref[1], scale[k] * ref[2]};
+  }
   std::vector<double> mean(3, 0.0);
-  for (double s : scale) for (size_t i = 0; i < 3; ++i) mean[i] += s * ref[i] / r.world;
+  for (const auto& [k, l] : locals) for (size_t i = 0; i < 3; ++i) mean[i] += l[i] / r.world;
   for (int k = 0; k < r.world; ++k) {
     ProtocolRank pr;
     pr.rank = k;
@@ -35,7 +41,7 @@ ProtocolRecords Records(const std::vector<double>& scale) {
     st.buckets_recorded = true;
     ProtocolBucket b;
     b.params = {0};
-    b.local = T({scale[k] * ref[0], scale[k] * ref[1], scale[k] * ref[2]});
+    b.local = T(locals[k]);
     b.reduced = T(mean);
     st.buckets = {b};
     st.grads["w"] = T(mean);
@@ -72,6 +78,51 @@ TEST(CheckProtocol, FactorOnOneRankNamesThatRank) {
   ASSERT_TRUE(res.diagnosis.has_value());
   EXPECT_EQ(res.diagnosis->pattern, "loss-scale-per-rank@1");
   EXPECT_EQ(res.result.first->key.rank, 1);
+}
+
+// A wrong gradient whose least-squares factor happens to differ from 1 is not a scaled loss unless it is that factor
+// times the reference: rank 1's local gradient in another order of its elements (a layer in another mode, other
+// parameters in its place) is named as that rank's, with no scaling pattern and no "every element is c x".
+TEST(CheckProtocol, AGradientThatIsNoMultipleOfTheReferenceIsNotNamedALossScale) {
+  ProtocolRecords r = Records({1.0, 1.0}, {{1, {-1.0, 2.0, 0.5}}});  // ref {0.5, -1, 2} reordered: factor ~0.14
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.result.first.has_value());
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLocalGrad);
+  EXPECT_EQ(res.result.first->key.rank, 1);
+  EXPECT_EQ(res.result.first->ratio, 0.0);
+  if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("loss-scale-per-rank"), std::string::npos);
+  if (res.diagnosis) EXPECT_NE(res.diagnosis->pattern, "loss-times-world");
+  bool said = res.result.first->message.find("not a multiple") != std::string::npos;
+  for (const auto& m : res.result.mismatches) said |= m.message.find("not a multiple") != std::string::npos;
+  EXPECT_TRUE(said) << res.result.first->message;
+  // Every rank W x the reference but one element off on each: not loss-times-world either.
+  ProtocolRecords w = Records({2.0, 2.0}, {{0, {-3.0, -2.0, 4.0}}, {1, {-3.0, -2.0, 4.0}}});
+  const ProtocolResult rw = CheckProtocol(w);
+  ASSERT_FALSE(rw.result.pass);
+  if (rw.diagnosis) EXPECT_NE(rw.diagnosis->pattern, "loss-times-world");
+}
+
+// DDP pairs parameters across ranks by position: the same names in another order on rank 1 is param-order@1 at step
+// 0, the headline; other names are a finding without that pattern; the same order passes.
+TEST(CheckProtocol, ParametersInAnotherOrderOnARankAreParamOrder) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  r.ranks[0].param_names = {"a.weight", "a.bias", "b.weight"};
+  r.ranks[1].param_names = r.ranks[0].param_names;
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  r.ranks[1].param_names = {"a.weight", "b.weight", "a.bias"};
+  ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "param-order@1");
+  EXPECT_EQ(res.result.first->key.step, 0);
+  EXPECT_EQ(res.result.first->key.rank, 1);
+  EXPECT_NE(res.result.first->message.find("'b.weight' on rank 1 but 'a.bias' on rank 0"), std::string::npos)
+      << res.result.first->message;
+  r.ranks[1].param_names = {"a.weight", "a.bias", "c.weight"};
+  res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("param-order"), std::string::npos);
 }
 
 TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {
