@@ -401,31 +401,53 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
 
 CompareResult CheckRankInvariants(const Trace& trace) {
   CompareResult result;
-  // Group records by (step, checkpoint, tensor); compare each rank with the lowest rank present.
-  const Tensor* base = nullptr;
-  TraceKey base_key;
+  // Group records by (step, checkpoint, tensor) and compare each rank with the value most ranks hold (the lowest
+  // rank's on a tie): when one rank differs from the others it is that rank that is named, rank 0 included.
+  std::vector<std::pair<TraceKey, const Tensor*>> group;
+  auto flush = [&] {
+    if (group.size() < 2) {
+      group.clear();
+      return;
+    }
+    auto same = [](const Tensor* a, const Tensor* b) { return a == b || BitwiseEqual(*a, *b); };
+    size_t base = 0, most = 0;
+    for (size_t i = 0; i < group.size(); ++i) {
+      size_t n = 0;
+      for (const auto& [key, value] : group) n += same(value, group[i].second);
+      if (n > most) most = n, base = i;  // the first (lowest) rank of the largest group of equal values
+    }
+    if (most * 2 <= group.size()) base = 0;  // no majority: the lowest rank, as before
+    const auto& [base_key, base_value] = group[base];
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (i == base) continue;
+      const auto& [key, value] = group[i];
+      auto& st = result.stats[CheckpointName(key.checkpoint)];
+      if (value == base_value) {  // one value the ranks share (Trace::Add): equal
+        st.compared++;
+        continue;
+      }
+      auto m = CompareTensor(*value, *base_value, /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
+      if (m) {
+        m->key = key;
+        m->kind = "rank-divergent";
+        m->against = "rank " + std::to_string(base_key.rank) + (most * 2 > group.size() && group.size() > 2
+                                                                    ? fmt::format(" (as {} of {} ranks hold)", most,
+                                                                                  group.size())
+                                                                    : "");
+        result.Add(*m);
+      }
+    }
+    group.clear();
+  };
   for (const auto& [key, value] : trace.records()) {
     if (key.rank == kAllRanks || !IsRankInvariant(key.checkpoint, key.tensor)) continue;
-    const bool same_group = base && base_key.step == key.step && base_key.checkpoint == key.checkpoint &&
-                            base_key.tensor == key.tensor;
-    if (!same_group) {
-      base = value.get();
-      base_key = key;
-      continue;
+    if (!group.empty()) {
+      const TraceKey& g = group.front().first;
+      if (g.step != key.step || g.checkpoint != key.checkpoint || g.tensor != key.tensor) flush();
     }
-    auto& st = result.stats[CheckpointName(key.checkpoint)];
-    if (value.get() == base) {  // one value the ranks share (Trace::Add): equal
-      st.compared++;
-      continue;
-    }
-    auto m = CompareTensor(value, *base, /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
-    if (m) {
-      m->key = key;
-      m->kind = "rank-divergent";
-      m->against = "rank " + std::to_string(base_key.rank);
-      result.Add(*m);
-    }
+    group.emplace_back(key, value.get());
   }
+  flush();
   return result;
 }
 

@@ -75,7 +75,13 @@ ProtocolResult CheckProtocol(const ProtocolRecords& r) {
   for (const auto& fi : findings) {
     Mismatch m = fi.mismatch;
     if (m.message.empty()) m.message = fi.explanation;
-    ++out.result.stats[CheckpointName(m.key.checkpoint)].failed;
+    // A finding is a comparison that failed: counted with its error where it has one, and never more failures
+    // than comparisons for a checkpoint (checks between ranks count no comparisons of their own).
+    CheckpointStats& st = out.result.stats[CheckpointName(m.key.checkpoint)];
+    ++st.failed;
+    st.compared = std::max(st.compared, st.failed);
+    if (std::isfinite(m.abs_err)) st.max_abs = std::max(st.max_abs, m.abs_err);
+    if (std::isfinite(m.rel_err)) st.max_rel = std::max(st.max_rel, m.rel_err);
     out.result.Add(m);
   }
   if (!findings.empty()) {

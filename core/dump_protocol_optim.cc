@@ -62,7 +62,9 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
   for (size_t s = 0; s < steps; ++s) {
     const ProtocolStep& s0 = r.ranks[0].steps[s];
     for (const auto& rank : r.ranks) {
-      if (rank.steps.size() <= s || rank.steps[s].lrs == s0.lrs) continue;
+      if (&rank == &r.ranks[0] || rank.steps.size() <= s) continue;
+      Account(out, Checkpoint::kLr);
+      if (rank.steps[s].lrs == s0.lrs) continue;
       const ProtocolStep& st = rank.steps[s];
       size_t g = 0;
       while (g < st.lrs.size() && g < s0.lrs.size() && st.lrs[g] == s0.lrs[g]) ++g;

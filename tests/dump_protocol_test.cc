@@ -119,10 +119,23 @@ TEST(CheckProtocol, ParametersInAnotherOrderOnARankAreParamOrder) {
   EXPECT_EQ(res.result.first->key.rank, 1);
   EXPECT_NE(res.result.first->message.find("'b.weight' on rank 1 but 'a.bias' on rank 0"), std::string::npos)
       << res.result.first->message;
+  for (const auto& [name, st] : res.result.stats) EXPECT_LE(st.failed, st.compared) << name;
   r.ranks[1].param_names = {"a.weight", "a.bias", "c.weight"};
   res = CheckProtocol(r);
   ASSERT_FALSE(res.result.pass);
   if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("param-order"), std::string::npos);
+}
+
+// A rank whose lr differs is counted as a comparison of the lr, so the table never shows more failures than
+// tensors compared.
+TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  r.ranks[0].steps[0].lrs = {0.3};
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.result.stats.count("lr"));
+  EXPECT_GE(res.result.stats.at("lr").compared, res.result.stats.at("lr").failed);
+  for (const auto& [name, st] : res.result.stats) EXPECT_LE(st.failed, st.compared) << name;
 }
 
 TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {

@@ -68,6 +68,39 @@ TEST(TraceShare, EqualValuesOfRanksShareOneCopyAndUnequalOnesDoNot) {
   EXPECT_EQ(named, (std::set<int>{2}));
 }
 
+// The rank the invariants name is the one that differs from the value most ranks hold: rank 0 when it alone
+// differs among three, against the majority's lowest rank; with no majority (two ranks, or all different) each
+// rank is compared with the lowest, as before.
+TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
+  const int64_t n = Trace::kShareMin;
+  Tensor odd = Ramp(n);
+  odd.data[3] += 1.0;
+  Trace three;
+  three.Add(Key(0), odd);
+  three.Add(Key(1), Ramp(n));
+  three.Add(Key(2), Ramp(n));
+  core::CompareResult r = core::CheckRankInvariants(three);
+  ASSERT_FALSE(r.pass);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_EQ(r.mismatches[0].key.rank, 0);
+  EXPECT_EQ(r.mismatches[0].against, "rank 1 (as 2 of 3 ranks hold)");
+  Trace two;
+  two.Add(Key(0), odd);
+  two.Add(Key(1), Ramp(n));
+  r = core::CheckRankInvariants(two);
+  ASSERT_EQ(r.mismatches.size(), 1u);
+  EXPECT_EQ(r.mismatches[0].key.rank, 1);
+  EXPECT_EQ(r.mismatches[0].against, "rank 0");
+  Trace apart;
+  apart.Add(Key(0), odd);
+  apart.Add(Key(1), Ramp(n));
+  apart.Add(Key(2), Ramp(n, 2.0));
+  r = core::CheckRankInvariants(apart);
+  std::set<int> named;
+  for (const auto& m : r.mismatches) named.insert(m.key.rank);
+  EXPECT_EQ(named, (std::set<int>{1, 2}));
+}
+
 TEST(TraceShare, SmallValuesAreCopiedNotCompared) {
   Trace t;
   t.Add(Key(0), Ramp(8));
