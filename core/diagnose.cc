@@ -261,6 +261,33 @@ std::optional<Diagnosis> FromReduced(const Scenario& s, const Trace& got, const 
 
 }  // namespace
 
+std::optional<Diagnosis> DiagnoseInitialState(const Trace& got, const Mismatch& m) {
+  if (m.key.checkpoint != Checkpoint::kInit || m.key.rank < 0) return std::nullopt;
+  const Tensor* mine = got.Find(m.key);
+  if (!mine) return std::nullopt;
+  // The rank it differs from: the lowest other rank holding another value (rank 0 unless the mismatch is rank
+  // 0's, which the rank check names when the other ranks agree against it).
+  const int world = got.meta.value("world", 0);
+  int other = -1;
+  for (int r = 0; r < std::max(world, m.key.rank + 2) && other < 0; ++r) {
+    const Tensor* t = r == m.key.rank ? nullptr : got.Find({m.key.step, m.key.checkpoint, m.key.tensor, r});
+    if (t && !BitwiseEqual(*mine, *t)) other = r;
+  }
+  if (other < 0) return std::nullopt;
+  const bool is_buffer = m.key.tensor.find("running") != std::string::npos ||
+                         m.key.tensor.find("num_batches") != std::string::npos;
+  if (is_buffer) {
+    return Make("buffer-outside-ddp", "rank-divergent",
+                fmt::format("rank {}'s {} differs from rank {}'s before the first step while the parameters agree: a "
+                            "buffer DDP does not own (a module outside the wrapper) was initialised differently there",
+                            m.key.rank, m.key.tensor, other));
+  }
+  return Make("no-initial-broadcast", "rank-divergent",
+              fmt::format("rank {}'s {} differs from rank {}'s before the first step: the ranks start from different "
+                          "parameters (seeded differently and never broadcast, or changed on one rank after DDP's "
+                          "broadcast, e.g. a checkpoint loaded there only)", m.key.rank, m.key.tensor, other));
+}
+
 std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Trace& reference,
                                   const CompareResult& result) {
   if (result.pass || !result.first) return std::nullopt;
@@ -275,22 +302,9 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
   }
   if (!d && !event_first) {
     switch (m.key.checkpoint) {
-      case Checkpoint::kInit: {
-        const Tensor* mine = got.Find(m.key);
-        const Tensor* rank0 = got.Find({m.key.step, m.key.checkpoint, m.key.tensor, 0});
-        if (m.key.rank != 0 && mine && rank0 && !BitwiseEqual(*mine, *rank0)) {
-          const bool is_buffer = m.key.tensor.find("running") != std::string::npos ||
-                                 m.key.tensor.find("num_batches") != std::string::npos;
-          d = is_buffer ? Make("buffer-outside-ddp", "rank-divergent",
-                               fmt::format("rank {}'s {} differs from rank 0's before the first step while the "
-                                           "parameters agree: a buffer DDP does not own (a module outside the wrapper) "
-                                           "was initialised differently there", m.key.rank, m.key.tensor))
-                        : Make("no-initial-broadcast", "rank-divergent",
-                               fmt::format("rank {}'s {} differs from rank 0's before the first step: the ranks were "
-                                           "seeded differently and the initial state was never broadcast", m.key.rank, m.key.tensor));
-        }
+      case Checkpoint::kInit:
+        d = DiagnoseInitialState(got, m);
         break;
-      }
       case Checkpoint::kSampler:
         d = FromSampler(s, got, reference, m);
         break;
@@ -334,7 +348,8 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
                              "changed without rescaling the learning rate", m.got, m.want, m.want != 0 ? m.got / m.want : 0));
         break;
       case Checkpoint::kParams:
-        if (m.key.rank != 0) {
+        // Rank 0 too when the rank check names it (it alone differs from the others: core::CheckRankInvariants).
+        if (m.key.rank != 0 || m.kind == "rank-divergent") {
           const Tensor* now = got.Find(m.key);
           TraceKey prev_key = m.key;
           prev_key.step -= 1;

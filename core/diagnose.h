@@ -15,4 +15,10 @@ namespace ddpcheck::core {
 std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Trace& reference,
                                   const CompareResult& result);
 
+// The rule for a rank-divergent initial value (checkpoint init), which needs only the run's trace: a parameter
+// that differs between ranks before the first step is no-initial-broadcast, a buffer (running statistics) while
+// the parameters agree buffer-outside-ddp. nullopt when `m` is not such a mismatch. Diagnose applies it; a
+// recorded run checked without a scenario (protocol only) gets it on its own.
+std::optional<Diagnosis> DiagnoseInitialState(const Trace& got, const Mismatch& m);
+
 }  // namespace ddpcheck::core

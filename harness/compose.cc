@@ -113,6 +113,9 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
   if (c.want) core::FillDivergenceMap(got, c.want->trace, c.policy, report);
   if (!diagnosis && c.scenario && c.want) {
     diagnosis = core::Diagnose(*c.scenario, got, c.want->trace, report->result);
+  } else if (!diagnosis && c.got->dump && report->result.first) {
+    // A recorded run checked by protocol only (no scenario to replay): the rules that need only its trace.
+    diagnosis = core::DiagnoseInitialState(got, *report->result.first);
   }
   report->diagnosis = diagnosis;
   if (c.scenario && !c.scenario->faults.empty() && report->result.pass) {

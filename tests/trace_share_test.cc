@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/compare.h"
+#include "core/diagnose.h"
 #include "core/train_loop.h"
 #include "core/scenario.h"
 #include "core/trace.h"
@@ -99,6 +100,23 @@ TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
   std::set<int> named;
   for (const auto& m : r.mismatches) named.insert(m.key.rank);
   EXPECT_EQ(named, (std::set<int>{1, 2}));
+
+  // An initial parameter rank 0 alone holds differently is no-initial-broadcast naming rank 0 against rank 1
+  // (the rule for a recorded run checked without a scenario); a buffer is buffer-outside-ddp.
+  for (const char* tensor : {"0.weight", "1.running_mean"}) {
+    Trace init;
+    init.meta["world"] = 3;
+    init.Add({0, Checkpoint::kInit, tensor, 0}, odd);
+    init.Add({0, Checkpoint::kInit, tensor, 1}, Ramp(n));
+    init.Add({0, Checkpoint::kInit, tensor, 2}, Ramp(n));
+    r = core::CheckRankInvariants(init);
+    ASSERT_TRUE(r.first.has_value());
+    const auto d = core::DiagnoseInitialState(init, *r.first);
+    ASSERT_TRUE(d.has_value());
+    EXPECT_EQ(d->pattern, std::string(tensor) == "0.weight" ? "no-initial-broadcast" : "buffer-outside-ddp");
+    EXPECT_NE(d->explanation.find("rank 0's " + std::string(tensor) + " differs from rank 1's"), std::string::npos)
+        << d->explanation;
+  }
 }
 
 TEST(TraceShare, SmallValuesAreCopiedNotCompared) {
