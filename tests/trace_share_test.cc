@@ -76,27 +76,26 @@ TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
   const int64_t n = Trace::kShareMin;
   Tensor odd = Ramp(n);
   odd.data[3] += 1.0;
-  Trace three;
-  three.Add(Key(0), odd);
-  three.Add(Key(1), Ramp(n));
-  three.Add(Key(2), Ramp(n));
-  core::CompareResult r = core::CheckRankInvariants(three);
+  // Rank r holds values[r] at `key` (rank overwritten).
+  auto ranks = [](TraceKey key, const std::vector<Tensor>& values) {
+    Trace t;
+    t.meta["world"] = values.size();
+    for (size_t r = 0; r < values.size(); ++r) {
+      key.rank = static_cast<int>(r);
+      t.Add(key, values[r]);
+    }
+    return t;
+  };
+  core::CompareResult r = core::CheckRankInvariants(ranks(Key(0), {odd, Ramp(n), Ramp(n)}));
   ASSERT_FALSE(r.pass);
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_EQ(r.mismatches[0].key.rank, 0);
   EXPECT_EQ(r.mismatches[0].against, "rank 1 (as 2 of 3 ranks hold)");
-  Trace two;
-  two.Add(Key(0), odd);
-  two.Add(Key(1), Ramp(n));
-  r = core::CheckRankInvariants(two);
+  r = core::CheckRankInvariants(ranks(Key(0), {odd, Ramp(n)}));
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_EQ(r.mismatches[0].key.rank, 1);
   EXPECT_EQ(r.mismatches[0].against, "rank 0");
-  Trace apart;
-  apart.Add(Key(0), odd);
-  apart.Add(Key(1), Ramp(n));
-  apart.Add(Key(2), Ramp(n, 2.0));
-  r = core::CheckRankInvariants(apart);
+  r = core::CheckRankInvariants(ranks(Key(0), {odd, Ramp(n), Ramp(n, 2.0)}));
   std::set<int> named;
   for (const auto& m : r.mismatches) named.insert(m.key.rank);
   EXPECT_EQ(named, (std::set<int>{1, 2}));
@@ -104,11 +103,7 @@ TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
   // An initial parameter rank 0 alone holds differently is no-initial-broadcast naming rank 0 against rank 1
   // (the rule for a recorded run checked without a scenario); a buffer is buffer-outside-ddp.
   for (const char* tensor : {"0.weight", "1.running_mean"}) {
-    Trace init;
-    init.meta["world"] = 3;
-    init.Add({0, Checkpoint::kInit, tensor, 0}, odd);
-    init.Add({0, Checkpoint::kInit, tensor, 1}, Ramp(n));
-    init.Add({0, Checkpoint::kInit, tensor, 2}, Ramp(n));
+    const Trace init = ranks({0, Checkpoint::kInit, tensor, 0}, {odd, Ramp(n), Ramp(n)});
     r = core::CheckRankInvariants(init);
     ASSERT_TRUE(r.first.has_value());
     const auto d = core::DiagnoseInitialState(init, *r.first);
