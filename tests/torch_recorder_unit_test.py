@@ -9,7 +9,9 @@
     when a second synced backward in the step rewrites DDP's buffer;
   * the dataset rows rec.step() is given are kept when they are one tensor of rows of one shape (the latest row of an
     index wins), and otherwise (a tuple of inputs, text padded to each batch's length) the dataset is dropped with
-    a reason and the loop goes on: the recording's index is written and says why the run is not replayed.
+    a reason and the loop goes on: the recording's index is written and says why the run is not replayed;
+  * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
+    have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -243,6 +245,49 @@ class BucketTaps(unittest.TestCase):
             notes = [r for r in ix["replay"]["reasons"] if r.startswith("rec.step()'s xb")]
             self.assertEqual(len(notes), 1, ix["replay"]["reasons"])
             self.assertTrue(notes[0].endswith("the dataset is not recorded"), notes[0])
+
+    def _reference_steps(self, model, forward, steps=2):
+        """Records `steps` steps of `model` under DDP with the float64 reference on every step; the index's steps."""
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD([q for q in ddp.parameters() if q.requires_grad], lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        for s in range(steps):
+            opt.zero_grad()
+            x, y = torch.randn(4, 8), torch.randn(4, 3)
+            loss = nn.MSELoss()(forward(ddp, x), y)
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+        rec.close()
+        with open(os.path.join(out, "rank0", "index.json")) as f:
+            return __import__("json").load(f)["steps"]
+
+    def test_the_reference_covers_the_parameters_that_require_grad(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+        for q in model[0].parameters():
+            q.requires_grad_(False)  # a frozen backbone
+        for st in self._reference_steps(model, lambda ddp, x: ddp(x)):
+            self.assertNotIn("ref_note", st)
+            self.assertEqual(sorted(st["ref_grads"]), ["2.bias", "2.weight"])
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
+    def test_the_reference_calls_the_module_with_the_keyword_arguments_given_to_ddp(self):
+        class Aux(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body, self.aux = nn.Linear(8, 3), nn.Linear(8, 3)
+
+            def forward(self, x, with_aux=False):
+                return self.body(x) + (self.aux(x) if with_aux else 0)
+
+        torch.manual_seed(0)
+        ddp_steps = self._reference_steps(Aux(), lambda ddp, x: ddp(x, with_aux=True))
+        for st in ddp_steps:
+            self.assertNotIn("ref_note", st)
+            self.assertIn("aux.weight", st["ref_grads"])
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
 
     def test_a_second_synced_backward_does_not_overwrite_the_first(self):
         entries = list(self._record(backwards=2))

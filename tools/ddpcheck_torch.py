@@ -778,6 +778,7 @@ class DdpRecorder:
         self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total, self.buckets)
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
                        self.module.register_forward_pre_hook(self._on_module_forward)]
+        self._wrap_ddp_forward(ddp_model)
         if self.ref is not None and self.ref.user_loss is not None:
             self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
@@ -807,6 +808,23 @@ class DdpRecorder:
                 "broadcast_buffers": bool(getattr(d, "broadcast_buffers", False)),
                 "find_unused_parameters": bool(getattr(d, "find_unused_parameters", False)),
                 "gradient_as_bucket_view": bool(getattr(d, "gradient_as_bucket_view", False))}
+
+    def _wrap_ddp_forward(self, ddp_model):
+        """torch 1.13's forward pre-hooks see positional arguments only: DDP's forward is wrapped (an attribute of
+        the DDP object, removed at close) to hand its keyword arguments (`ddp(x, with_aux=True)`) to the reference,
+        which calls the module with them. The user's module itself is left untouched (it may be pickled)."""
+        if self.ref is None or ddp_model is self.module or "forward" in vars(ddp_model):
+            return
+        original, ref = ddp_model.forward, self.ref
+
+        def forward(*args, **kwargs):
+            ref.kwargs = kwargs
+            try:
+                return original(*args, **kwargs)
+            finally:
+                ref.kwargs = None
+        ddp_model.forward = forward
+        self._unwrap = lambda: vars(ddp_model).pop("forward", None)
 
     def _wrap_sampler(self, s):
         original = s.set_epoch
@@ -980,14 +998,14 @@ class DdpRecorder:
     def _capture(self):
         """This step's forwards as the reference saw them (inputs, RNG states, targets, starting state), taken."""
         r = self.ref
-        captured = (r.inputs, r.targets, r.start, r.autocast)
-        r.inputs, r.targets, r.start, r.autocast = [], [], None, False
+        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable)
+        r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
         return captured
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
         r = self.ref
-        r.inputs, r.targets, r.start, r.autocast = captured
+        r.inputs, r.targets, r.start, r.autocast, r.trainable = captured
         ref, why = r.compute(yb)
         rec.pop("ref_note", None)
         if ref is None:
@@ -1027,6 +1045,7 @@ class DdpRecorder:
     def close(self):
         for h in self._hooks:
             h.remove()
+        getattr(self, "_unwrap", lambda: None)()
         self._archive = "dataset.npz"  # the dataset's tensors (after the last step's archive was handed over)
         ix = self.index
         if self.sampler is not None:

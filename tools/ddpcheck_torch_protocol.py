@@ -236,7 +236,9 @@ class Reference:
             self.note = "no single-process reference: pass loss_fn= (a module or a function of (output, target))"
         self.user_loss = loss_fn if isinstance(loss_fn, nn.Module) else None
         self.start = None  # the step's starting state_dict
-        self.inputs = []  # [(args, rng_state)] of every forward of the step
+        self.inputs = []  # [[args, rng_state, kwargs]] of every forward of the step
+        self.kwargs = None  # the keyword arguments of the forward under way (set by the recorder's DDP wrapper)
+        self.trainable = None  # names of the parameters that require grad, as the step's first forward saw them
         self.targets = []  # targets the loss module saw
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
@@ -264,7 +266,8 @@ class Reference:
             return  # an evaluation forward: no gradient to reproduce
         if self.start is None:
             self.start = {k: v.detach().clone() for k, v in module.state_dict().items()}
-        self.inputs.append((_clone(args), torch.get_rng_state()))
+            self.trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+        self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {})])
         self.autocast = self.autocast or torch.is_autocast_cpu_enabled()
 
     def on_loss(self, _module, args):
@@ -276,7 +279,7 @@ class Reference:
         inputs, targets, start = self.inputs, self.targets, self.start
         self.inputs, self.targets, self.start = [], [], None
         facts = {"microbatches": len(inputs), "autocast": self.autocast,
-                 "rows": sum(int(a[0].shape[0]) for a, _ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
+                 "rows": sum(int(a[0].shape[0]) for a, _, _ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
         self.autocast = False
         if self.note:
             return None, self.note
@@ -289,7 +292,13 @@ class Reference:
                 return None, ("%d forwards but %d targets: pass the loss module you call as loss_fn=, or yb to "
                               "rec.step()" % (len(inputs), len(targets)))
         keep = torch.get_rng_state()
-        params = dict(self.model.named_parameters())
+        # Only the parameters that require grad (frozen layers of a fine-tuned model have none, in the run too).
+        trainable = self.trainable if self.trainable is not None else {n for n, _ in self.model.named_parameters()}
+        params = {}
+        for n, q in self.model.named_parameters():
+            q.requires_grad_(n in trainable)
+            if n in trainable:
+                params[n] = q
         total = self._zeros(params)
         try:
             self._accumulate(inputs, targets, start, params, total)
@@ -305,11 +314,11 @@ class Reference:
         return out, facts
 
     def _accumulate(self, inputs, targets, start, params, total):
-        for (args, rng), y in zip(inputs, targets):
+        for (args, rng, kwargs), y in zip(inputs, targets):
             with torch.no_grad():
                 self.model.load_state_dict(start)
             torch.set_rng_state(rng)
-            loss = self.loss(self.model(*_to64(args)), _to64(y))
+            loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())
             grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
             for n, g in zip(params, grads):
