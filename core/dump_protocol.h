@@ -59,6 +59,7 @@ struct ProtocolStep {
   std::vector<double> lrs;  // each group's lr at the optimizer step
   std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
   int64_t optimizer_steps = 1, scheduler_steps = 0;
+  int64_t ddp_forwards = -1;  // forwards through the DDP wrapper in the step (-1: not recorded)
   int64_t scheduler_steps_before = 0;  // scheduler.step() calls before this step's optimizer.step()
   std::vector<int64_t> indices;
   bool autocast = false;
@@ -67,6 +68,7 @@ struct ProtocolStep {
 struct ProtocolRank {
   int rank = 0;
   bool failed = false;
+  std::string error;  // the exception the rank's run ended with, as recorded ("" when none)
   std::vector<std::string> param_names;  // this rank's parameters in DDP's order (its index's "params")
   std::map<std::string, Tensor> init;
   std::optional<nlohmann::json> sampler;

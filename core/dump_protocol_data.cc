@@ -97,6 +97,16 @@ void CheckBypass(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
       m.kind = "rank-divergent";
       m.against = "DDP's all-reduce";
       m.message = "the optimizer stepped with gradients that DDP never all-reduced (no bucket was reduced)";
+      if (s.ddp_forwards > 0 && rank.error.find("find_unused_parameters") != std::string::npos) {
+        // The forward went through DDP, but the reduction never finished: torch said why at the next forward.
+        f->push_back({m, "unused-param",
+                      fmt::format("rank {}'s step-{} forward went through DDP ({} call(s)) but no bucket was "
+                                  "all-reduced: a parameter got no gradient with find_unused_parameters=False, so "
+                                  "the reduction never finished and the optimizer stepped with local gradients "
+                                  "(torch: \"{}\")", rank.rank, s.step, s.ddp_forwards,
+                                  rank.error.substr(0, 160)), 1});
+        break;
+      }
       f->push_back({m, "bypass-ddp",
                     fmt::format("rank {} ran step {} without DDP reducing any bucket: its forward bypassed the "
                                 "DDP wrapper (model.module.<method>(), or every backward under no_sync), so each "

@@ -61,6 +61,7 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
                               : std::vector<double>{st.at("lr").get<double>()};
   s->optimizer_steps = st.value("optimizer_steps", int64_t{1});
+  s->ddp_forwards = st.value("ddp_forwards", int64_t{-1});
   s->scheduler_steps = st.value("scheduler_steps", int64_t{0});
   s->scheduler_steps_before = st.value("scheduler_steps_before", int64_t{0});
   s->ref_rows = st.value("ref_rows", int64_t{0});
@@ -210,6 +211,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     ProtocolRank pr;
     pr.rank = r.rank;
     pr.failed = r.failed;
+    pr.error = r.error;
     try {
       DumpTensorFiles tensors(r.dir);
       if (r.index.contains("params") && r.index.at("params").is_array()) {

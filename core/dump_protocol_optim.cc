@@ -1,6 +1,7 @@
 // The optimizer half of CheckProtocol: each group's lr (the same on every rank; ddpcheck's own schedulers where
 // every scheduler is one it knows) and the optimizer update reproduced by core/optimizer.h from the previous
 // step's parameters and state, the gradients the optimizer saw and the group's lr.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -60,26 +61,39 @@ std::vector<double> Stepped(const OptimizerSpec& spec, double lr, const Tensor& 
 void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
   for (size_t s = 0; s < steps; ++s) {
-    const ProtocolStep& s0 = r.ranks[0].steps[s];
-    for (const auto& rank : r.ranks) {
-      if (&rank == &r.ranks[0] || rank.steps.size() <= s) continue;
+    // Each rank against the lrs most ranks hold (rank 0's with no majority): the odd rank is the one named.
+    std::vector<const ProtocolRank*> here;
+    for (const auto& rank : r.ranks) if (rank.steps.size() > s) here.push_back(&rank);
+    if (here.size() < 2) continue;
+    const ProtocolRank* base = here[0];
+    size_t most = 0;
+    for (const ProtocolRank* a : here) {
+      const size_t n = static_cast<size_t>(std::count_if(here.begin(), here.end(), [&](const ProtocolRank* b) {
+        return b->steps[s].lrs == a->steps[s].lrs;
+      }));
+      if (n > most) most = n, base = a;
+    }
+    if (most * 2 <= here.size()) base = here[0];
+    const ProtocolStep& s0 = base->steps[s];
+    for (const ProtocolRank* rank : here) {
+      if (rank == base) continue;
       Account(out, Checkpoint::kLr);
-      if (rank.steps[s].lrs == s0.lrs) continue;
-      const ProtocolStep& st = rank.steps[s];
+      if (rank->steps[s].lrs == s0.lrs) continue;
+      const ProtocolStep& st = rank->steps[s];
       size_t g = 0;
       while (g < st.lrs.size() && g < s0.lrs.size() && st.lrs[g] == s0.lrs[g]) ++g;
       Mismatch m;
-      m.key = {st.step, Checkpoint::kLr, g == 0 ? "lr" : fmt::format("lr.group{}", g), rank.rank};
+      m.key = {st.step, Checkpoint::kLr, g == 0 ? "lr" : fmt::format("lr.group{}", g), rank->rank};
       m.kind = "rank-divergent";
-      m.against = "rank 0";
+      m.against = fmt::format("rank {}", base->rank);
       m.got = g < st.lrs.size() ? st.lrs[g] : 0;
       m.want = g < s0.lrs.size() ? s0.lrs[g] : 0;
       const bool sched = st.scheduler_steps_before != s0.scheduler_steps_before;
-      m.message = fmt::format("lr {} on rank {} but {} on rank 0", m.got, rank.rank, m.want);
-      f->push_back({m, sched ? fmt::format("scheduler-one-rank@{}", rank.rank) : "",
-                    sched ? fmt::format("rank {} had stepped its lr scheduler {} times and rank 0 {} times: the "
-                                        "scheduler runs on one rank only", rank.rank, st.scheduler_steps_before,
-                                        s0.scheduler_steps_before)
+      m.message = fmt::format("lr {} on rank {} but {} on rank {}", m.got, rank->rank, m.want, base->rank);
+      f->push_back({m, sched ? fmt::format("scheduler-one-rank@{}", rank->rank) : "",
+                    sched ? fmt::format("rank {} had stepped its lr scheduler {} times and rank {} {} times: the "
+                                        "scheduler runs on one rank only", rank->rank, st.scheduler_steps_before,
+                                        base->rank, s0.scheduler_steps_before)
                           : m.message, 5});
     }
   }

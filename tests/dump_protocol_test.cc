@@ -138,6 +138,27 @@ TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {
   for (const auto& [name, st] : res.result.stats) EXPECT_LE(st.failed, st.compared) << name;
 }
 
+// A rank that stepped with gradients DDP never reduced: through ddp.module (no forward through DDP) is bypass-ddp;
+// with forwards through DDP and torch's "find_unused_parameters" error recorded, the reduction never finished:
+// unused-param.
+TEST(CheckProtocol, AnUnreducedStepIsBypassWithoutDdpForwardsAndUnusedParamWithThem) {
+  for (const int64_t forwards : {int64_t{0}, int64_t{1}}) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    r.ddp_wrapped = true;
+    ProtocolRank& rank = r.ranks[1];
+    rank.steps[0].buckets.clear();
+    rank.steps[0].ddp_forwards = forwards;
+    rank.error = "RuntimeError at step 1: Expected to have finished reduction in the prior iteration before starting "
+                 "a new one. ... making sure all `forward` function outputs participate in calculating loss. If you "
+                 "already have done the above, then ... pass the keyword argument `find_unused_parameters=True`";
+    const ProtocolResult res = CheckProtocol(r);
+    ASSERT_FALSE(res.result.pass);
+    ASSERT_TRUE(res.diagnosis.has_value());
+    EXPECT_EQ(res.diagnosis->pattern, forwards > 0 ? "unused-param" : "bypass-ddp") << res.diagnosis->explanation;
+    EXPECT_EQ(res.result.first->key.rank, 1);
+  }
+}
+
 TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {
   ProtocolRecords r = Records({1.0, 1.0});
   r.ranks[1].steps[0].buckets[0].reduced->data[2] += 1e-3;

@@ -84,7 +84,12 @@ TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) 
         EXPECT_NE(tc.at("protocol").at("reference").get<std::string>(), "") << tc.at("protocol").dump();
         continue;
       }
-      const json& want = entry.at("mistakes").at(c);
+      json want = entry.at("mistakes").at(c);
+      // Where the rank named depends on the world (one rank odd among three is named itself; of two, the one
+      // that is not rank 0), "at_world" overrides the expectation for that world.
+      if (want.contains("at_world") && want.at("at_world").contains(std::to_string(world))) {
+        want.update(want.at("at_world").at(std::to_string(world)));
+      }
       ASSERT_TRUE(tc.contains("finding")) << r.out;
       EXPECT_EQ(tc.at("finding").at("pattern"), want.at("pattern")) << r.out;
       EXPECT_EQ(tc.at("finding").at("step"), want.at("step")) << r.out;
