@@ -185,6 +185,15 @@ std::optional<DumpFinding> LossScale(const TorchDump& d, const Trace* ref) {
       if (std::abs(f[r] - 1) > kTol) off.push_back(static_cast<int>(r));
     }
     if (off.empty()) continue;
+    // A rank's recorded local gradient that is the replay's (no factor): its loss was not scaled. The factor is
+    // then the reduction's own (a communication hook that sums without dividing), which these patterns do not name.
+    auto unscaled = [&](int r) {
+      const Tensor* recorded = d.trace.Find({s, Checkpoint::kLocalGrad, first, r});
+      const Tensor* replayed = ref->Find({s, Checkpoint::kLocalGrad, first, r});
+      return recorded && replayed && recorded->data.size() == replayed->data.size() &&
+             RelDiff(*recorded, *replayed) < 1e-3;
+    };
+    if (unscaled(off[0])) return std::nullopt;
     const bool times_world =
         std::all_of(f.begin(), f.end(), [&](double x) { return std::abs(x - d.world) <= kTol * d.world; });
     if (times_world) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -63,6 +64,17 @@ std::optional<Mismatch> CompareElementwise(const TraceKey& key, const std::vecto
 }
 
 void Account(ProtocolResult* out, Checkpoint c) { ++out->result.stats[CheckpointName(c)].compared; }
+
+double CommHookRoundoff(const ProtocolRecords& r) {
+  std::string name = r.comm_hook;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name.find("powersgd") != std::string::npos || name.find("quantiz") != std::string::npos) {
+    return std::numeric_limits<double>::infinity();
+  }
+  if (name.find("bf16") != std::string::npos) return std::ldexp(1.0, -8);
+  if (name.find("fp16") != std::string::npos || name.find("compress") != std::string::npos) return std::ldexp(1.0, -11);
+  return 0.0;
+}
 
 ProtocolResult CheckProtocol(const ProtocolRecords& r) {
   ProtocolResult out;

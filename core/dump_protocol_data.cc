@@ -230,7 +230,12 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
 // Every rank's reduced bucket = sum over ranks of local * fl(1/W), within W roundings of the summands.
 void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (!r.buckets_note.empty() || !r.ddp_wrapped) return;
-  const double u = UnitRoundoff(r.dtype);
+  const double u = UnitRoundoff(r.dtype), hook_u = CommHookRoundoff(r);
+  if (std::isinf(hook_u)) {
+    out->skipped.push_back("reduced bucket = mean of the local ones: the communication hook " + r.comm_hook +
+                           " approximates the all-reduce");
+    return;
+  }
   const int64_t steps = r.ranks.empty() ? 0 : static_cast<int64_t>(r.ranks[0].steps.size());
   for (int64_t s = 0; s < steps; ++s) {
     std::map<std::pair<int64_t, size_t>, std::vector<const ProtocolBucket*>> by_bucket;  // (index, k) -> per rank
@@ -251,19 +256,30 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
           budget[i] += std::abs(b->local.data[i]) / r.world;
         }
       }
-      for (auto& b : budget) b = 4.0 * (r.world + 1) * u * b + 1e-300;
+      // A compressing hook rounds each local bucket, its division by W and the sum in its own type.
+      for (auto& b : budget) b = 4.0 * (r.world + 1) * u * b + 4.0 * (r.world + 2) * hook_u * b + 1e-300;
       for (size_t k = 0; k < per_rank.size(); ++k) {
         if (!per_rank[k]->reduced) continue;
         const TraceKey tk{s, Checkpoint::kReduced, fmt::format("bucket{}", key.first), r.ranks[k].rank};
         if (auto m = CompareElementwise(tk, per_rank[k]->reduced->data, want, budget, "mean of the ranks' local buckets")) {
-          m->message = fmt::format("reduced bucket {} is not the mean of the ranks' local gradients", key.first);
+          // W x the mean, element by element (within the same budget scaled by W): the reduction summed.
+          bool summed = r.world > 1;
+          const auto& got = per_rank[k]->reduced->data;
+          for (size_t i = 0; i < n && summed; ++i) summed = std::abs(got[i] - r.world * want[i]) <= r.world * budget[i];
+          m->message = summed ? fmt::format("reduced bucket {} is W = {} x the mean of the ranks' local gradients: the "
+                                            "all-reduce summed without dividing by W{}", key.first, r.world,
+                                            r.comm_hook.empty() ? "" : " (the communication hook " + r.comm_hook +
+                                                                      " does not divide)")
+                              : fmt::format("reduced bucket {} is not the mean of the ranks' local gradients", key.first);
           f->push_back({*m, "", m->message, 2});
         }
         Account(out, Checkpoint::kReduced);
       }
     }
   }
-  out->checked.push_back("reduced bucket = mean over ranks of the local buckets (within W roundings)");
+  out->checked.push_back(hook_u > 0 ? "reduced bucket = mean over ranks of the local buckets (within W roundings, and "
+                                       "W + 2 of the communication hook " + r.comm_hook + ")"
+                                     : "reduced bucket = mean over ranks of the local buckets (within W roundings)");
 }
 
 }  // namespace

@@ -177,6 +177,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     out->ddp.find_unused_parameters = ddp.value("find_unused_parameters", false);
     out->ddp.broadcast_buffers = ddp.value("broadcast_buffers", true);
     out->ddp_wrapped = ddp.value("wrapped", true);
+    if (ddp.contains("comm_hook") && ddp.at("comm_hook").is_string()) out->comm_hook = ddp.at("comm_hook").get<std::string>();
     out->optimizer_type = Str(ix, "optimizer_type");
     if (out->optimizer_type.empty() && ix.contains("optimizer")) out->optimizer_type = Str(ix.at("optimizer"), "type");
     for (const auto& g : ix.value("param_groups", nlohmann::json::array())) {

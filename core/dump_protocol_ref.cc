@@ -95,7 +95,7 @@ struct Side {
 // gradient: a parameter whose exact gradient vanishes (a bias before BatchNorm) still carries rounding noise of
 // the size of the gradients around it. Autocast: the scale only.
 Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, const Grads& got, const Grads& ref,
-             int64_t terms, bool autocast, ProtocolResult* out) {
+             int64_t terms, bool autocast, ProtocolResult* out, double hook_u = 0) {
   Side side;
   side.scale = Scale(got, ref);
   side.residual = Residual(got, ref, side.scale);
@@ -109,8 +109,10 @@ Side Compare(const ProtocolRecords& r, int64_t step, Checkpoint c, int rank, con
     auto it = got.find(name);
     if (it == got.end() || it->second.size() != w.size()) continue;
     Account(out, c);
+    // hook_u: a compressing communication hook's rounding of the reduced gradient (W + 2 roundings in its type).
     const double b = autocast ? std::numeric_limits<double>::infinity()
-                              : kSafety * u * static_cast<double>(terms) * std::max(scale, 1e-30);
+                              : kSafety * (u * static_cast<double>(terms) + hook_u * (r.world + 2)) *
+                                    std::max(scale, 1e-30);
     auto m = CompareElementwise({step, c, name, rank}, it->second, w, std::vector<double>(w.size(), b),
                                 "single-process float64 reference");
     if (m && !side.first) side.first = m;
@@ -142,6 +144,9 @@ std::string FactorPattern(const NearFn& near, int64_t micro, int world) {
 }  // namespace
 
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  // DDP's buckets not recorded (a comm hook registered before the recorder): no rank's local gradient is known,
+  // only the reduced one the optimizer saw.
+  const bool locals_unknown = r.ddp_wrapped && !r.buckets_note.empty();
   int64_t max_numel = 0;
   for (const auto& p : r.params) max_numel = std::max(max_numel, p.numel);
   std::string missing;
@@ -200,12 +205,13 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         several_reductions = step_several = true;
         continue;
       }
+      if (locals_unknown) continue;  // the grads hold the all-reduced gradient: compared below
       const Grads got = st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
       local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
                               st.ref_rows + max_numel + r.world, st.autocast, out));
       ranks.push_back(rank.rank);
     }
-    if (local.empty() && !step_several) continue;
+    if (local.empty() && !step_several && !locals_unknown) continue;
     const int64_t step = r.ranks[0].steps[s].step;
     std::vector<size_t> bad;
     for (size_t i = 0; i < local.size(); ++i) if (local[i].first) bad.push_back(i);
@@ -259,11 +265,13 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       continue;
     }
     if (!complete) continue;
+    const double hook_u = CommHookRoundoff(r);
+    if (std::isinf(hook_u)) continue;  // an approximating hook: the reduced gradient is not checked by value
     // The reduced gradient against the single-process gradient of the global batch (rank 0's copy).
     const ProtocolStep& st0 = r.ranks[0].steps[s];
     const Grads reduced = st0.buckets.empty() ? FromMap(st0.grads) : FromBuckets(r, st0, true);
     Side red = Compare(r, step, Checkpoint::kReduced, r.ranks[0].rank, reduced, mean, rows + max_numel + r.world,
-                       autocast, out);
+                       autocast, out, hook_u);
     if (red.first) {
       ProtocolFinding fi{*red.first, "",
                          red.Scaled() ? fmt::format("the reduced gradient is {:.4g} x the single-process gradient of "
@@ -272,9 +280,18 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                                                     "the global batch (not a multiple of it: {:.2g} of it is left after "
                                                     "the best factor {:.4g})", red.residual, red.scale), 4};
       // Reached with a factor only where the local gradients could not be compared (a bucket all-reduced more
-      // than once in the step): the same readings as theirs above.
-      fi.pattern = FactorPattern([&](double factor) { return red.Scaled() && Near(red.scale, factor, autocast); },
-                                 micro, r.world);
+      // than once in the step): the same readings as theirs above. Where they were compared and matched, a
+      // factor W is the reduction's own: it summed without averaging.
+      fi.pattern = step_several || locals_unknown ? FactorPattern([&](double factor) { return red.Scaled() && Near(red.scale, factor, autocast); },
+                                                micro, r.world)
+                                : "";
+      if (!step_several && !locals_unknown && red.Scaled() && r.world > 1 && Near(red.scale, static_cast<double>(r.world), autocast)) {
+        fi.explanation = fmt::format("the reduced gradient is {:.4g} x the single-process gradient of the global batch "
+                                     "= W while every rank's local gradient matches its batch's: the all-reduce "
+                                     "summed without dividing by W ({})", red.scale,
+                                     r.comm_hook.empty() ? "DDP's own all-reduce averages: a gradient changed after it?"
+                                                         : "the communication hook " + r.comm_hook + " does not divide");
+      }
       if (fi.pattern == "grad-accum-normalisation") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the mean over the step's {} micro-batches: "
                                      "the accumulated micro-batch losses were not divided by the window",
@@ -294,6 +311,10 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     out->reference += std::string(any ? "; " : "") +
                       "ddpcheck's float64 replay of the run (the recorder's reference='auto' left it the steps "
                       "it replays: the step-local check compares them with the single-process step)";
+  }
+  if (any && locals_unknown) {
+    out->skipped.push_back("local gradients against the single-process reference: " + r.buckets_note +
+                           " (the reduced gradient is compared)");
   }
   if (several_reductions) {
     out->skipped.push_back("local gradients against the single-process reference at steps that all-reduced a bucket "

@@ -20,6 +20,12 @@ std::optional<Mismatch> CompareElementwise(const TraceKey& key, const std::vecto
 // One tensor compared at checkpoint c (CompareResult::stats).
 void Account(ProtocolResult* out, Checkpoint c);
 
+// The unit roundoff a communication hook adds to the all-reduce: 2^-11 for an fp16 compression hook (torch's
+// default_hooks.fp16_compress_hook and its wrappers), 2^-8 for bf16, infinity for a hook that approximates
+// (PowerSGD, quantization: the reduced gradient is not checked by value), 0 for DDP's own all-reduce or a hook
+// that keeps float32 (allreduce_hook, a user's mean).
+double CommHookRoundoff(const ProtocolRecords& r);
+
 // Whether every spec passes ValidateSchedulerSpec.
 bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs);
 

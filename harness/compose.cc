@@ -97,6 +97,18 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
     // first: the earliest step's pattern is the headline (the evidence rules win ties).
     auto finding = core::FindDumpPattern(*c.got->dump, c.want ? &c.want->trace : nullptr);
     const core::ProtocolResult* protocol = c.got->protocol ? &*c.got->protocol : nullptr;
+    if (finding && protocol && (finding->diagnosis.pattern == "loss-times-world" ||
+                                finding->diagnosis.pattern.rfind("loss-scale-per-rank", 0) == 0)) {
+      // The replay's factor read from the reduced gradient, where the protocol check saw the reduction itself
+      // differ from the mean of the recorded local buckets by then: the factor is the reduction's, not the loss's.
+      for (const auto& m : protocol->result.mismatches) {
+        if (m.against == "mean of the ranks' local buckets" && m.key.step <= finding->mismatch.key.step) {
+          finding.reset();
+          diagnosis = core::Diagnosis{"unknown", m.kind, m.message};  // what the protocol check saw
+          break;
+        }
+      }
+    }
     if (protocol && protocol->diagnosis && protocol->result.first &&
         (!finding || protocol->result.first->key.step < finding->mismatch.key.step)) {
       result.first = protocol->result.first;

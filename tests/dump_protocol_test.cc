@@ -4,6 +4,8 @@
 // assignment fails at step 0; a parameter update that is not SGD's fails at params.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <map>
 
 #include "core/dump_protocol.h"
@@ -157,6 +159,35 @@ TEST(CheckProtocol, AnUnreducedStepIsBypassWithoutDdpForwardsAndUnusedParamWithT
     EXPECT_EQ(res.diagnosis->pattern, forwards > 0 ? "unused-param" : "bypass-ddp") << res.diagnosis->explanation;
     EXPECT_EQ(res.result.first->key.rank, 1);
   }
+}
+
+// An fp16 compression hook rounds the all-reduce to half precision: a reduced bucket off the mean by such a
+// rounding passes with the hook recorded and fails without it; a reduction that summed (W x the mean) is named so.
+TEST(CheckProtocol, ACompressingCommHookIsAllowedItsRoundingAndASummingOneIsNamed) {
+  for (const std::string hook : {"", "fp16_compress_hook"}) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    r.comm_hook = hook;
+    for (auto& rank : r.ranks) {
+      auto& red = *rank.steps[0].buckets[0].reduced;
+      red.data[1] *= 1 + std::ldexp(1.0, -12);  // half an fp16 ulp
+      rank.steps[0].grads["w"] = red;
+      for (size_t i = 0; i < 3; ++i) {
+        rank.steps[0].params["w"].data[i] = std::fma(-0.1, red.data[i], rank.init["w"].data[i]);
+      }
+    }
+    const ProtocolResult res = CheckProtocol(r);
+    EXPECT_EQ(res.result.pass, !hook.empty()) << hook << ": " << (res.result.first ? res.result.first->message : "");
+  }
+  ProtocolRecords sum = Records({1.0, 1.0});
+  sum.comm_hook = "sum_hook";
+  for (auto& rank : sum.ranks) {
+    for (double& v : rank.steps[0].buckets[0].reduced->data) v *= 2;
+  }
+  const ProtocolResult res = CheckProtocol(sum);
+  ASSERT_FALSE(res.result.pass);
+  bool named = false;
+  for (const auto& m : res.result.mismatches) named |= m.message.find("summed without dividing by W") != std::string::npos;
+  EXPECT_TRUE(named);
 }
 
 TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {

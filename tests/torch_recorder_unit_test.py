@@ -11,7 +11,8 @@
     index wins), and otherwise (a tuple of inputs, text padded to each batch's length) the dataset is dropped with
     a reason and the loop goes on: the recording's index is written and says why the run is not replayed;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
-    have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward.
+    have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward; with a loss
+    function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -288,6 +289,29 @@ class BucketTaps(unittest.TestCase):
             self.assertNotIn("ref_note", st)
             self.assertIn("aux.weight", st["ref_grads"])
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
+    def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        mse = lambda o, t: ((o - t) ** 2).mean()  # noqa: E731 - a plain function, as users pass
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=mse, out_dir=out, reference=True)
+        for s in range(2):
+            opt.zero_grad()
+            x, y = torch.randn(6, 8), torch.randn(6, 3)
+            with ddp.no_sync():
+                (mse(ddp(x[:4]), y[:4]) / 2).backward()
+            (mse(ddp(x[4:]), y[4:]) / 2).backward()
+            opt.step()
+            rec.step(torch.arange(6) + 6 * s, x, y, None)
+        rec.close()
+        with open(os.path.join(out, "rank0", "index.json")) as f:
+            steps = __import__("json").load(f)["steps"]
+        for st in steps:
+            self.assertNotIn("ref_note", st)
+            self.assertEqual(st["microbatches"], 2)
+            self.assertEqual(sorted(st["ref_grads"]), ["0.bias", "0.weight"])
 
     def test_a_second_synced_backward_does_not_overwrite_the_first(self):
         entries = list(self._record(backwards=2))

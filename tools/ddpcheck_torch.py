@@ -508,6 +508,11 @@ class _Writer:
             view = view[done:]
 
 
+# Words in the names of DDP communication hooks that round or approximate the all-reduce (torch's default_hooks
+# fp16/bf16 compression and its wrappers, PowerSGD, quantization): such a run is checked by protocol, not replayed.
+COMPRESSING_HOOKS = ("fp16", "bf16", "compress", "powersgd", "quantiz")
+
+
 class _Rows:
     """The latest row of every dataset index the batches showed (the dataset rebuilt when set_dataset was not
     called), in index arrays: a batch is copied once and kept while a row of it is the latest of its index."""
@@ -894,8 +899,21 @@ class DdpRecorder:
             refs, self._ref_grads = self._ref_grads, []
             self._hand_over(s, (lambda: [self.ref.recycle(r) for r in refs]) if refs else None, "s%d.npz" % (s + 1))
 
+    def _note_comm_hook(self):
+        """The user's DDP communication hook by name (None without one); one that rounds or approximates the
+        all-reduce makes the run protocol-only, known from the first step on (registered before the first forward),
+        so that reference='auto' computes the float64 reference of every step."""
+        hook = self.buckets.hook_name() if self.buckets is not None else None
+        if hook is not None and any(k in hook.lower() for k in COMPRESSING_HOOKS):
+            why = ("a DDP communication hook (%s) rounds or approximates the all-reduce; the replay models DDP's own "
+                   "(the protocol check allows for the hook's rounding)" % hook)
+            if why not in self.no_replay:
+                self.no_replay.append(why)
+        return hook
+
     def _step(self, batch_indices, xb, yb, loss):
         s = len(self.steps)
+        self._note_comm_hook()
         if batch_indices is None:
             idx = torch.zeros(0, dtype=torch.int64)
             if "rec.step() got no batch indices" not in self.no_replay:
@@ -1025,7 +1043,7 @@ class DdpRecorder:
             return "Dropout(p > 0)"
         if self.scaler is not None and self.scaler.is_enabled():
             return "a GradScaler"
-        inputs, _, _, autocast = captured
+        inputs, _, _, autocast, _ = captured
         if autocast:
             return "a forward under torch.autocast"
         if len(inputs) > 1:
@@ -1095,6 +1113,7 @@ class DdpRecorder:
             else:
                 failed = None  # the run's own exception came first and is the one that propagates
         ix["steps"] = self.steps
+        ix["ddp"]["comm_hook"] = self._note_comm_hook()
         self._scheduler_cadence()
         ix["replay"] = {"possible": not self.no_replay, "reasons": self.no_replay}
         ix["protocol"] = {"buckets": self.buckets is not None and self.buckets.note is None,

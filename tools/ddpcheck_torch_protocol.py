@@ -63,6 +63,7 @@ class BucketTap:
     def __init__(self, ddp, param_index, world):
         self.ddp, self.param_index, self.world = ddp, param_index, world
         self.user = None  # (state, hook) the user registered through the patched method
+        self._before = ""  # the name of a hook registered before the recorder (DDP's logging data), if any
         self.registered = False
         self.note = None
         self.buckets = []  # this step's entries: index, params (indices), tensors, local copy, reduced
@@ -70,6 +71,17 @@ class BucketTap:
         self._original = getattr(ddp, "register_comm_hook", None)
         if self._original is not None:
             ddp.register_comm_hook = self._user_register
+
+    def hook_name(self):
+        """The name of the user's DDP communication hook (default_hooks.fp16_compress_hook: "fp16_compress_hook"),
+        whether registered through the recorder or before it (then as DDP's logging data names it); None without
+        one."""
+        if self.user is not None:
+            hook = self.user[1]
+            return getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or repr(hook)
+        if self.note is not None:
+            return self._before or "a hook registered before"
+        return None
 
     def _user_register(self, state, hook):
         if self.registered:
@@ -82,6 +94,10 @@ class BucketTap:
         if self.registered or self._original is None:
             return
         self.registered = True
+        try:  # a hook registered before the recorder, as DDP's logging data names it (before ours is tried)
+            self._before = str(self.ddp._get_ddp_logging_data().get("comm_hook") or "")
+        except Exception:  # noqa: BLE001 - torch's private logging data: a name is a nicety
+            self._before = ""
         try:
             self._original(None, self._hook)
         except RuntimeError as e:  # a hook was registered before the recorder existed
@@ -286,8 +302,13 @@ class Reference:
         if not inputs:
             return None, "no forward of the module was seen in this step (a module.<method>() call?)"
         if len(targets) != len(inputs):
+            rows = [int(a[0].shape[0]) if a and torch.is_tensor(a[0]) and a[0].dim() else -1 for a, _, _ in inputs]
             if len(inputs) == 1 and yb is not None:
                 targets = [yb]
+            elif not targets and torch.is_tensor(yb) and yb.dim() and min(rows) >= 0 and sum(rows) == yb.shape[0]:
+                # Micro-batches cut from the step's batch in order (a loss function, not a module, sees the
+                # targets): rec.step()'s yb split by each forward's rows.
+                targets = list(torch.split(yb, rows))
             else:
                 return None, ("%d forwards but %d targets: pass the loss module you call as loss_fn=, or yb to "
                               "rec.step()" % (len(inputs), len(targets)))
