@@ -314,7 +314,19 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   }
   cfg.world = d.world;
   cfg.drop_last = s->sampler.drop_last;
-  const int64_t per_epoch = std::max<int64_t>(1, (NumSamples(cfg) + s->batch_size - 1) / s->batch_size);
+  // DataLoader(drop_last=True), which the recorder cannot see: the recorded epochs show it, a first epoch that
+  // ended after floor(shard / batch) steps where ceil would be one more.
+  const int64_t shard = NumSamples(cfg);
+  if (shard % s->batch_size != 0) {
+    const auto& steps = d.ranks[0].index.value("steps", nlohmann::json::array());
+    for (size_t i = 1; i < steps.size(); ++i) {
+      const int64_t e0 = steps[0].value("epoch", int64_t{0}), e = steps[i].value("epoch", int64_t{0});
+      if (e == e0) continue;
+      s->sampler.drop_last_batch = static_cast<int64_t>(i) == shard / s->batch_size;
+      break;
+    }
+  }
+  const int64_t per_epoch = std::max<int64_t>(1, BatchesPerEpoch(shard, s->batch_size, s->sampler.drop_last_batch));
   s->epochs = std::max<int64_t>(1, (d.steps + per_epoch - 1) / per_epoch);
   s->steps = d.steps;
   return ValidateScenario(*s);

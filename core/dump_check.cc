@@ -239,7 +239,8 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
   cfg.shuffle = true;
   cfg.seed = sc.sampler.seed;
   cfg.drop_last = sc.sampler.drop_last;
-  const int64_t per_epoch = std::max<int64_t>(1, (NumSamples(cfg) + sc.batch_size - 1) / sc.batch_size);
+  const int64_t per_epoch =
+      std::max<int64_t>(1, BatchesPerEpoch(NumSamples(cfg), sc.batch_size, sc.sampler.drop_last_batch));
   for (int64_t s = per_epoch; s < d.steps; ++s) {
     const int64_t e = s / per_epoch;
     if (std::find(calls.begin(), calls.end(), e) != calls.end()) continue;
@@ -249,7 +250,7 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
       cfg.epoch = e;
       std::vector<int64_t> shard;
       if (!ShardIndices(cfg, r.rank, &shard).ok()) return std::nullopt;
-      const auto batches = Batches(shard, sc.batch_size);
+      const auto batches = Batches(shard, sc.batch_size, sc.sampler.drop_last_batch);
       const auto k = static_cast<size_t>(s % per_epoch);
       if (k >= batches.size()) continue;
       const std::vector<int64_t> want = batches[k];

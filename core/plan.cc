@@ -34,7 +34,7 @@ Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vecto
     std::vector<int64_t> shard;
     DDPCHECK_RETURN_IF_ERROR(ShardIndices(cfg, rank, &shard));
     if (opts.trim_last_sample && shard.size() > 1) shard.pop_back();
-    std::vector<std::vector<int64_t>> batches = Batches(shard, s.batch_size);
+    std::vector<std::vector<int64_t>> batches = Batches(shard, s.batch_size, s.sampler.drop_last_batch);
     if (opts.drop_batches > 0) {
       batches.resize(static_cast<size_t>(std::max<int64_t>(0, static_cast<int64_t>(batches.size()) - opts.drop_batches)));
     }

@@ -106,16 +106,23 @@ Status AllShardIndices(const SamplerConfig& c, std::vector<std::vector<int64_t>>
   return Status::Ok();
 }
 
-std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& shard, int64_t batch_size) {
+std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& shard, int64_t batch_size,
+                                          bool drop_last_batch) {
   DDPCHECK_CHECK_GE(batch_size, 1, "batch size");
   std::vector<std::vector<int64_t>> batches;
   const size_t b = static_cast<size_t>(batch_size);
   for (size_t start = 0; start < shard.size(); start += b) {
     const size_t end = std::min(shard.size(), start + b);
+    if (drop_last_batch && end - start < b) break;
     batches.emplace_back(shard.begin() + static_cast<std::ptrdiff_t>(start),
                          shard.begin() + static_cast<std::ptrdiff_t>(end));
   }
   return batches;
+}
+
+int64_t BatchesPerEpoch(int64_t samples, int64_t batch_size, bool drop_last_batch) {
+  DDPCHECK_CHECK_GE(batch_size, 1, "batch size");
+  return drop_last_batch ? samples / batch_size : (samples + batch_size - 1) / batch_size;
 }
 
 }  // namespace ddpcheck::core

@@ -51,9 +51,12 @@ Status ShardIndices(const SamplerConfig& c, int rank, std::vector<int64_t>* out)
 // Every rank's shard: (*out)[r] == ShardIndices(c, r). One randperm for all ranks.
 Status AllShardIndices(const SamplerConfig& c, std::vector<std::vector<int64_t>>* out);
 
-// Splits a shard into DataLoader batches (drop_last=False): consecutive runs of batch_size, the last one
-// shorter when batch_size does not divide the shard; an empty shard gives no batches. batch_size >= 1
-// (CHECKed).
-std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& shard, int64_t batch_size);
+// Splits a shard into DataLoader batches: consecutive runs of batch_size, the last one shorter when batch_size
+// does not divide the shard (dropped with drop_last_batch: DataLoader(drop_last=True)); an empty shard gives no
+// batches. batch_size >= 1 (CHECKed).
+std::vector<std::vector<int64_t>> Batches(const std::vector<int64_t>& shard, int64_t batch_size,
+                                          bool drop_last_batch = false);
+// Batches per epoch of a shard of `samples`: ceil(samples / batch_size), floor with drop_last_batch.
+int64_t BatchesPerEpoch(int64_t samples, int64_t batch_size, bool drop_last_batch);
 
 }  // namespace ddpcheck::core

@@ -79,6 +79,8 @@ struct SamplerSpec {
   uint64_t seed = 0;
   bool drop_last = false;
   bool set_epoch = true;  // whether the training loop calls sampler.set_epoch(epoch)
+  // DataLoader(drop_last=True): each epoch's last batch is dropped when it is shorter than batch_size.
+  bool drop_last_batch = false;
   // The user's data split is uneven: every rank but 0 loses the last sample of its shard each epoch (a
   // sampler without DistributedSampler's padding), so the ranks' last batches differ in size.
   bool uneven_split = false;

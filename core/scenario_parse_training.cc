@@ -12,11 +12,13 @@ using nlohmann::json;
 Status ParseSampler(const json& v, SamplerSpec* out) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(
-      JsonObject::Open(v, "/sampler", {"shuffle", "seed", "drop_last", "set_epoch", "uneven_split"}, &o));
+      JsonObject::Open(v, "/sampler", {"shuffle", "seed", "drop_last", "set_epoch", "uneven_split", "drop_last_batch"},
+                       &o));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("shuffle", &out->shuffle));
   DDPCHECK_RETURN_IF_ERROR(o.Uint("seed", &out->seed));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("drop_last", &out->drop_last));
   DDPCHECK_RETURN_IF_ERROR(o.Bool("uneven_split", &out->uneven_split));
+  DDPCHECK_RETURN_IF_ERROR(o.Bool("drop_last_batch", &out->drop_last_batch));
   return o.Bool("set_epoch", &out->set_epoch);
 }
 

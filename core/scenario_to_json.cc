@@ -116,7 +116,8 @@ json ScenarioToJson(const Scenario& s) {
                   {"seed", s.sampler.seed},
                   {"drop_last", s.sampler.drop_last},
                   {"set_epoch", s.sampler.set_epoch},
-                  {"uneven_split", s.sampler.uneven_split}};
+                  {"uneven_split", s.sampler.uneven_split},
+                  {"drop_last_batch", s.sampler.drop_last_batch}};
   j["ddp"] = {{"bucket_cap_mb", s.ddp.bucket_cap_mb},
               {"first_bucket_bytes", s.ddp.first_bucket_bytes},
               {"broadcast_buffers", s.ddp.broadcast_buffers},

@@ -181,5 +181,16 @@ TEST(Batches, SplitsAShardIntoConsecutiveBatchesWithAShorterLastOne) {
   EXPECT_TRUE(Batches({}, 3).empty());
 }
 
+// DataLoader(drop_last=True): the shorter last batch is dropped, a whole one kept; the count per epoch floors.
+TEST(Batches, DropLastBatchDropsOnlyAShorterLastOne) {
+  EXPECT_EQ(Batches({5, 1, 4, 2, 3}, 2, true), (Shards{{5, 1}, {4, 2}}));
+  EXPECT_EQ(Batches({5, 1, 4, 2}, 2, true), (Shards{{5, 1}, {4, 2}}));
+  EXPECT_TRUE(Batches({7}, 4, true).empty());
+  EXPECT_EQ(BatchesPerEpoch(5, 2, false), 3);
+  EXPECT_EQ(BatchesPerEpoch(5, 2, true), 2);
+  EXPECT_EQ(BatchesPerEpoch(4, 2, true), 2);
+  EXPECT_EQ(BatchesPerEpoch(3, 4, true), 0);
+}
+
 }  // namespace
 }  // namespace ddpcheck::core

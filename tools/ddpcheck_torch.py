@@ -1048,16 +1048,26 @@ class DdpRecorder:
             return "a forward under torch.autocast"
         if len(inputs) > 1:
             return "%d micro-batches in step %d" % (len(inputs), rec["step"])
-        if not self._cadence_ok(rec["scheduler_steps"], rec["step"]):
+        prev = self.steps[-1] if self.steps else None
+        if not self._cadence_ok(rec["scheduler_steps"], rec["step"], rec.get("epoch"),
+                                prev.get("epoch") if prev is not None else None):
             return "a scheduler stepped %d time(s) before step %d" % (rec["scheduler_steps"], rec["step"])
         return None
 
-    def _cadence_ok(self, k, s):
-        """k scheduler steps before step s: none, or every scheduler once at an epoch's start (what the replay does)."""
+    def _cadence_ok(self, k, s, epoch=None, prev_epoch=None):
+        """k scheduler steps before step s: none, or every scheduler once at an epoch's start (what the replay does):
+        the first step of an epoch the sampler was moved to (set_epoch; a DataLoader(drop_last=True) ends an epoch
+        a batch early), or, without epochs recorded, every ceil(len(sampler) / batch) steps."""
+        if k == 0:
+            return True
+        if k != len(self.schedulers):
+            return False
+        if epoch is not None and prev_epoch is not None and epoch != prev_epoch:
+            return True
         per_epoch = None
         if self.sampler is not None and self.batch_size:
             per_epoch = max(1, math.ceil(len(self.sampler) / self.batch_size))
-        return k == 0 or bool(per_epoch and k == len(self.schedulers) and s % per_epoch == 0)
+        return bool(per_epoch and s % per_epoch == 0)
 
     # -- output --------------------------------------------------------------------------------------------
     def close(self):
@@ -1136,9 +1146,12 @@ class DdpRecorder:
         """The replay steps schedulers once per epoch: any other cadence is checked by protocol only."""
         if not self.schedulers or not self.steps:
             return
+        prev = None
         for st in self.steps:
             k, s = st["scheduler_steps"], st["step"]
-            if self._cadence_ok(k, s):
+            ok = self._cadence_ok(k, s, st.get("epoch"), prev.get("epoch") if prev is not None else None)
+            prev = st
+            if ok:
                 continue
             self.no_replay.append("a scheduler was stepped %d time(s) before step %d, not once per epoch; the replay "
                                   "steps schedulers per epoch (the lr is checked as recorded)" % (k, s))
