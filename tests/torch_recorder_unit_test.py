@@ -12,7 +12,8 @@
     a reason and the loop goes on: the recording's index is written and says why the run is not replayed;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
     have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward; with a loss
-    function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows.
+    function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows;
+    it runs through reentrant activation checkpointing (torch 1.13's default).
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -288,6 +289,23 @@ class BucketTaps(unittest.TestCase):
         for st in ddp_steps:
             self.assertNotIn("ref_note", st)
             self.assertIn("aux.weight", st["ref_grads"])
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
+    def test_the_reference_runs_through_reentrant_activation_checkpointing(self):
+        import torch.utils.checkpoint as cp
+
+        class Ckpt(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body, self.head = nn.Sequential(nn.Linear(8, 8), nn.Tanh()), nn.Linear(8, 3)
+
+            def forward(self, x):
+                return self.head(cp.checkpoint(self.body, x))  # torch 1.13's default: use_reentrant=True
+
+        torch.manual_seed(0)
+        for st in self._reference_steps(Ckpt(), lambda ddp, x: ddp(x.requires_grad_())):
+            self.assertNotIn("ref_note", st)
+            self.assertIn("body.0.weight", st["ref_grads"])
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
 
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):

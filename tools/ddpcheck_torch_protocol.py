@@ -341,7 +341,12 @@ class Reference:
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())
-            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-            for n, g in zip(params, grads):
-                if g is not None:
-                    total[n] += g
+            # backward() into the copy's own .grad, not torch.autograd.grad: reentrant activation checkpointing
+            # (torch.utils.checkpoint's default in 1.13) supports only the former.
+            for q in params.values():
+                q.grad = None
+            loss.backward()
+            for n, q in params.items():
+                if q.grad is not None:
+                    total[n] += q.grad
+                    q.grad = None
