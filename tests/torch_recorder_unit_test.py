@@ -13,7 +13,9 @@
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
     have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward; with a loss
     function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows;
-    it runs through reentrant activation checkpointing (torch 1.13's default).
+    it runs through reentrant activation checkpointing (torch 1.13's default); a forward and backward whose
+    gradients are zeroed before the step's optimizer.step() (a GAN's generator step through the discriminator) are
+    not part of the step.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -308,6 +310,36 @@ class BucketTaps(unittest.TestCase):
             self.assertNotIn("ref_note", st)
             self.assertIn("body.0.weight", st["ref_grads"])
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
+    def test_a_forward_and_backward_whose_gradients_are_zeroed_before_the_step_are_not_part_of_it(self):
+        # A GAN's generator step runs the discriminator D through its DDP wrapper and backward; D's next step
+        # zeroes those gradients first. D's recorded steps hold D's own forward only, with its reference.
+        torch.manual_seed(0)
+        d = nn.parallel.DistributedDataParallel(nn.Linear(4, 1))
+        g = nn.parallel.DistributedDataParallel(nn.Linear(2, 4))
+        opt_d, opt_g = torch.optim.SGD(d.parameters(), lr=0.1), torch.optim.SGD(g.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(d, opt_d, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        for s in range(3):
+            d.zero_grad()  # as the DCGAN example does
+            x, y = torch.randn(4, 4), torch.randn(4, 1)
+            loss = nn.MSELoss()(d(x), y)
+            loss.backward()
+            opt_d.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+            opt_g.zero_grad()
+            (d(g(torch.randn(4, 2))) ** 2).mean().backward()  # the generator's step through D
+            opt_g.step()
+        rec.close()
+        with open(os.path.join(out, "rank0", "index.json")) as f:
+            steps = __import__("json").load(f)["steps"]
+        self.assertEqual(len(steps), 3)
+        for st in steps:
+            self.assertNotIn("ref_note", st)
+            self.assertEqual((st["microbatches"], st["ddp_forwards"]), (1, 1), st["step"])
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+        self.assertNotIn("zero_grad", vars(d))  # the wrappers are gone after close
+        self.assertNotIn("zero_grad", vars(opt_d))
 
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)

@@ -783,7 +783,10 @@ class DdpRecorder:
         self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total, self.buckets)
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
                        self.module.register_forward_pre_hook(self._on_module_forward)]
+        self._unwraps = []  # undo the attribute wrappers at close
         self._wrap_ddp_forward(ddp_model)
+        for owner in (optimizer, ddp_model):
+            self._wrap_zero_grad(owner)
         if self.ref is not None and self.ref.user_loss is not None:
             self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
@@ -829,7 +832,31 @@ class DdpRecorder:
             finally:
                 ref.kwargs = None
         ddp_model.forward = forward
-        self._unwrap = lambda: vars(ddp_model).pop("forward", None)
+        self._unwraps.append(lambda: vars(ddp_model).pop("forward", None))
+
+    def _wrap_zero_grad(self, owner):
+        """zero_grad of the optimizer and of the DDP object: gradients a backward through DDP made (buckets were
+        all-reduced) and that are zeroed before this step's optimizer.step() drop what the step recorded so far
+        (forwards, buckets): a GAN's generator step runs the discriminator through its DDP wrapper and backward, and
+        the discriminator's next step zeroes those gradients before its own. A forward whose backward is still to
+        come (the generator's output the discriminator's step made) stays; a zero_grad after optimizer.step()
+        (before rec.step) drops nothing."""
+        original = getattr(owner, "zero_grad", None)
+        if original is None or "zero_grad" in vars(owner):
+            return
+
+        def zero_grad(*args, **kwargs):
+            if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
+                self._counts = {"ddp": 0, "module": 0}
+                self._fwd_buffers = None
+                if self.ref is not None:
+                    r = self.ref
+                    r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
+                if self.buckets is not None:
+                    self.buckets.buckets = []
+            return original(*args, **kwargs)
+        owner.zero_grad = zero_grad
+        self._unwraps.append(lambda: vars(owner).pop("zero_grad", None))
 
     def _wrap_sampler(self, s):
         original = s.set_epoch
@@ -1073,7 +1100,8 @@ class DdpRecorder:
     def close(self):
         for h in self._hooks:
             h.remove()
-        getattr(self, "_unwrap", lambda: None)()
+        for undo in getattr(self, "_unwraps", []):
+            undo()
         self._archive = "dataset.npz"  # the dataset's tensors (after the last step's archive was handed over)
         ix = self.index
         if self.sampler is not None:

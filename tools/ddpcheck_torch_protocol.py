@@ -254,7 +254,7 @@ class Reference:
         self.start = None  # the step's starting state_dict
         self.inputs = []  # [[args, rng_state, kwargs]] of every forward of the step
         self.kwargs = None  # the keyword arguments of the forward under way (set by the recorder's DDP wrapper)
-        self.trainable = None  # names of the parameters that require grad, as the step's first forward saw them
+        self.trainable = None  # names of the parameters that required grad in the step's forwards
         self.targets = []  # targets the loss module saw
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
@@ -280,14 +280,20 @@ class Reference:
     def on_forward(self, module, args):
         if not torch.is_grad_enabled():
             return  # an evaluation forward: no gradient to reproduce
+        trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+        if not trainable:
+            return  # the module frozen (a GAN's discriminator in the generator's step): no gradient of its own
         if self.start is None:
             self.start = {k: v.detach().clone() for k, v in module.state_dict().items()}
-            self.trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+            self.trainable = set()
+        self.trainable |= trainable
         self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {})])
         self.autocast = self.autocast or torch.is_autocast_cpu_enabled()
 
     def on_loss(self, _module, args):
-        if len(args) >= 2:
+        # One target per captured forward: a loss call on the output of a forward not captured (a frozen module's,
+        # or another model's through a shared criterion) has no gradient of this module to match.
+        if len(args) >= 2 and len(self.targets) < len(self.inputs):
             self.targets.append(_clone(args[1]))
 
     def compute(self, yb):
