@@ -15,7 +15,7 @@
     function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows;
     it runs through reentrant activation checkpointing (torch 1.13's default); a forward and backward whose
     gradients are zeroed before the step's optimizer.step() (a GAN's generator step through the discriminator) are
-    not part of the step.
+    not part of the step; forwards whose losses the loop sums into the loss it passes are summed, not averaged.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
 import os
 import sys
@@ -340,6 +340,33 @@ class BucketTaps(unittest.TestCase):
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
         self.assertNotIn("zero_grad", vars(d))  # the wrappers are gone after close
         self.assertNotIn("zero_grad", vars(opt_d))
+
+    def test_forwards_whose_losses_the_loop_sums_are_summed_not_averaged(self):
+        # The DCGAN example's discriminator step: errD_real.backward(); errD_fake.backward(); errD = real + fake.
+        # Passing a micro-batch's loss instead (accumulation) keeps the mean.
+        for summed in (True, False):
+            torch.manual_seed(0)
+            d = nn.parallel.DistributedDataParallel(nn.Linear(4, 1))
+            opt = torch.optim.SGD(d.parameters(), lr=0.1)
+            out = tempfile.mkdtemp()
+            crit = nn.MSELoss()
+            rec = ddpcheck_torch.DdpRecorder(d, opt, loss_fn=crit, out_dir=out, reference=True)
+            for s in range(2):
+                opt.zero_grad()
+                real, fake = torch.randn(3, 4), torch.randn(3, 4)
+                err_real = crit(d(real), torch.ones(3, 1))
+                err_real.backward()
+                err_fake = crit(d(fake), torch.zeros(3, 1))
+                err_fake.backward()
+                opt.step()
+                rec.step(None, None, None, err_real + err_fake if summed else err_fake)
+            rec.close()
+            with open(os.path.join(out, "rank0", "index.json")) as f:
+                steps = __import__("json").load(f)["steps"]
+            for st in steps:
+                self.assertNotIn("ref_note", st)
+                self.assertEqual(st["microbatches"], 2)
+                self.assertEqual(st.get("ref_objective"), "sum" if summed else None)
 
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)

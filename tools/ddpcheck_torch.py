@@ -1051,7 +1051,7 @@ class DdpRecorder:
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
         r = self.ref
         r.inputs, r.targets, r.start, r.autocast, r.trainable = captured
-        ref, why = r.compute(yb)
+        ref, why = r.compute(yb, rec.get("loss"))
         rec.pop("ref_note", None)
         if ref is None:
             rec["ref_note"] = why
@@ -1061,6 +1061,8 @@ class DdpRecorder:
                             for n, g in ref.items()}
         rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
                     "ref_loss": why["loss"]})
+        if why.get("objective") == "sum":
+            rec["ref_objective"] = "sum"  # the forwards' losses summed (rec.step's loss is their sum): not averaged
 
     def _not_replayed(self, rec, captured):
         """Why ddpcheck will not replay the run, as far as this step shows (None: it replays it so far)."""

@@ -10,6 +10,7 @@ Works for any nn.Module: nothing here needs to understand the model.
     are reproduced by restoring the RNG state each forward started from).
 """
 import copy
+import math
 import types
 
 import numpy as np
@@ -258,6 +259,7 @@ class Reference:
         self.targets = []  # targets the loss module saw
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
+        self.losses = []
         self._spare = []  # gradient dicts compute() returned that are written: reused (fresh memory is slow)
 
     def recycle(self, grads):
@@ -296,8 +298,11 @@ class Reference:
         if len(args) >= 2 and len(self.targets) < len(self.inputs):
             self.targets.append(_clone(args[1]))
 
-    def compute(self, yb):
-        """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts)."""
+    def compute(self, yb, user_loss=None):
+        """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts). Summed
+        instead where the loss the loop passed to rec.step (user_loss) is the sum of the forwards' losses, not
+        their mean: one objective over several forwards (a GAN's discriminator on real and fake), not gradient
+        accumulation."""
         inputs, targets, start = self.inputs, self.targets, self.start
         self.inputs, self.targets, self.start = [], [], None
         facts = {"microbatches": len(inputs), "autocast": self.autocast,
@@ -336,17 +341,26 @@ class Reference:
         facts["loss"] = self.last_loss  # the float64 loss of the step's last micro-batch
         if len(inputs) == 1:  # x / 1 is x, bit for bit: the division is skipped (total is this step's own)
             return total, facts
+        losses = self.losses
+        if isinstance(user_loss, float) and math.isfinite(user_loss) and len(losses) == len(inputs):
+            whole = sum(losses)
+            tol = 1e-4 * max(abs(whole), abs(whole / len(losses)), 1e-30)
+            if abs(user_loss - whole) <= tol and abs(user_loss - whole / len(losses)) > tol:
+                facts["objective"] = "sum"
+                return total, facts
         out = {n: g / len(inputs) for n, g in total.items()}
         self.recycle(total)
         return out, facts
 
     def _accumulate(self, inputs, targets, start, params, total):
+        self.losses = []  # each forward's float64 loss
         for (args, rng, kwargs), y in zip(inputs, targets):
             with torch.no_grad():
                 self.model.load_state_dict(start)
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())
+            self.losses.append(self.last_loss)
             # backward() into the copy's own .grad, not torch.autograd.grad: reentrant activation checkpointing
             # (torch.utils.checkpoint's default in 1.13) supports only the former.
             for q in params.values():
