@@ -631,11 +631,31 @@ CompareResult CheckEvents(const Trace& trace) {
     const std::vector<int> stopped = stopped_for(e);
     if (!stopped.empty()) waiting[stopped.front()].insert(e.rank);
   }
+  // An error that only says a peer went away (its connection closed or reset) follows from another rank's own
+  // error: it is headed by that rank, the cause, not by the rank that lost the connection.
+  auto peer_lost = [](const TraceEvent& e) {
+    for (const char* what : {"closed by peer", "reset by peer", "Broken pipe", "Connection refused", "EOF"}) {
+      if (e.message.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const TraceEvent* cause = nullptr;
+  for (const auto& e : trace.events()) {
+    if (e.kind != "timeout" && !peer_lost(e) && (!cause || e.step < cause->step)) cause = &e;
+  }
   for (const auto& e : trace.events()) {
     Mismatch m;
     m.key = {e.step, e.checkpoint, e.kind, e.rank};
     m.kind = e.kind == "timeout" ? "hang" : "error";
     m.message = e.message;
+    if (cause && &e != cause && e.kind != "timeout" && peer_lost(e) && cause->rank != e.rank && cause->step <= e.step) {
+      m.key = {cause->step, cause->checkpoint, cause->kind, cause->rank};
+      m.against = fmt::format("rank {} lost its connection after it", e.rank);
+      m.message = fmt::format("rank {} failed: {} (rank {} then lost its connection: {})", cause->rank,
+                              cause->message, e.rank, e.message);
+      result.Add(m);
+      continue;
+    }
     const std::vector<int> stopped = stopped_for(e);
     if (!stopped.empty()) {
       const std::set<int>& waited = waiting[stopped.front()];

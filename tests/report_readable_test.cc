@@ -140,6 +140,17 @@ TEST(CheckEvents, AnErrorStaysOnTheRankThatRaisedIt) {
   EXPECT_EQ(res.first->key.rank, 1);
 }
 
+// One rank raises; the other then loses its connection in the next collective: the one that raised heads.
+TEST(CheckEvents, ALostConnectionIsHeadedByThePeerWhoseErrorCausedIt) {
+  core::Trace t = TraceWithRanks(2);
+  t.AddEvent({3, 0, core::Checkpoint::kInit, "ddp_error", "RuntimeError at step 3: [gloo] Connection closed by peer [127.0.0.1]:1234"});
+  t.AddEvent({3, 1, core::Checkpoint::kInit, "ddp_error", "ValueError at step 3: bad batch"});
+  const core::CompareResult res = core::CheckEvents(t);
+  ASSERT_TRUE(res.first.has_value());
+  EXPECT_EQ(res.first->key.rank, 1);
+  EXPECT_NE(res.first->message.find("ValueError"), std::string::npos) << res.first->message;
+}
+
 TEST(HtmlReport, DefaultScenarioIsUnder150KbWithPerRankSeries) {
   if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot absent (Debian package gnuplot-nox)";
   testing::TempDir dir;
