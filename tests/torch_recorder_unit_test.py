@@ -17,6 +17,7 @@
     gradients are zeroed before the step's optimizer.step() (a GAN's generator step through the discriminator) are
     not part of the step; forwards whose losses the loop sums into the loss it passes are summed, not averaged.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
+import json
 import os
 import sys
 import tempfile
@@ -36,6 +37,12 @@ except ImportError:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import ddpcheck_torch  # noqa: E402
+
+
+def _index(out):
+    """Rank 0's index.json of the recording in `out`."""
+    with open(os.path.join(out, "rank0", "index.json")) as f:
+        return json.load(f)
 
 
 class Crc(unittest.TestCase):
@@ -241,8 +248,7 @@ class BucketTaps(unittest.TestCase):
                 opt.step()
                 rec.step(torch.arange(4) + 4 * s, xb_of(x, s), y)
             rec.close()
-            with open(os.path.join(out, "rank0", "index.json")) as f:
-                ix = __import__("json").load(f)
+            ix = _index(out)
             self.assertEqual(len(ix["steps"]), 3)
             self.assertNotIn("dataset", ix)
             self.assertFalse(ix["replay"]["possible"])
@@ -264,8 +270,7 @@ class BucketTaps(unittest.TestCase):
             opt.step()
             rec.step(torch.arange(4) + 4 * s, x, y, loss)
         rec.close()
-        with open(os.path.join(out, "rank0", "index.json")) as f:
-            return __import__("json").load(f)["steps"]
+        return _index(out)["steps"]
 
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
@@ -331,8 +336,7 @@ class BucketTaps(unittest.TestCase):
             (d(g(torch.randn(4, 2))) ** 2).mean().backward()  # the generator's step through D
             opt_g.step()
         rec.close()
-        with open(os.path.join(out, "rank0", "index.json")) as f:
-            steps = __import__("json").load(f)["steps"]
+        steps = _index(out)["steps"]
         self.assertEqual(len(steps), 3)
         for st in steps:
             self.assertNotIn("ref_note", st)
@@ -361,8 +365,7 @@ class BucketTaps(unittest.TestCase):
                 opt.step()
                 rec.step(None, None, None, err_real + err_fake if summed else err_fake)
             rec.close()
-            with open(os.path.join(out, "rank0", "index.json")) as f:
-                steps = __import__("json").load(f)["steps"]
+            steps = _index(out)["steps"]
             for st in steps:
                 self.assertNotIn("ref_note", st)
                 self.assertEqual(st["microbatches"], 2)
@@ -384,8 +387,7 @@ class BucketTaps(unittest.TestCase):
             opt.step()
             rec.step(torch.arange(6) + 6 * s, x, y, None)
         rec.close()
-        with open(os.path.join(out, "rank0", "index.json")) as f:
-            steps = __import__("json").load(f)["steps"]
+        steps = _index(out)["steps"]
         for st in steps:
             self.assertNotIn("ref_note", st)
             self.assertEqual(st["microbatches"], 2)
