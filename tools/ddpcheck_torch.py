@@ -785,8 +785,8 @@ class DdpRecorder:
                        self.module.register_forward_pre_hook(self._on_module_forward)]
         self._unwraps = []  # undo the attribute wrappers at close
         self._wrap_ddp_forward(ddp_model)
-        for owner in (optimizer, ddp_model):
-            self._wrap_zero_grad(owner)
+        for owner in (optimizer, ddp_model) if ddp_model is not self.module else (optimizer,):
+            self._wrap_zero_grad(owner)  # never the user's own module (it may be pickled mid-run)
         if self.ref is not None and self.ref.user_loss is not None:
             self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
