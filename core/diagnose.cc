@@ -319,7 +319,8 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
         break;
       case Checkpoint::kLoss:
         if (m.key.rank != 0) {
-          const bool has_dropout = std::any_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) { return l.type == "dropout"; });
+          const bool has_dropout = std::any_of(s.model.begin(), s.model.end(),
+                                               [](const LayerSpec& l) { return l.type == "dropout" && l.p > 0; });
           if (has_dropout) {
             d = Make("same-dropout-seed", "finding",
                      fmt::format("rank {}'s loss at step {} differs from the reference, which draws each rank's dropout "
@@ -343,6 +344,19 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
                              "elsewhere or updated on its own", m.key.rank, m.key.tensor, m.key.step));
         break;
       case Checkpoint::kLr:
+        // An lr the ranks do not share is a rank's own setting, not the world size's rule.
+        for (int r = 0; r < got.meta.value("world", 0) && !d; ++r) {
+          const Tensor* mine = got.Find(m.key);
+          const Tensor* other = r == m.key.rank ? nullptr : got.Find({m.key.step, m.key.checkpoint, m.key.tensor, r});
+          if (mine && other && !BitwiseEqual(*mine, *other)) {
+            d = Make("unknown", "rank-divergent",
+                     fmt::format("rank {}'s learning rate at step {} is {:.6g} and rank {}'s {:.6g}: the ranks set their "
+                                 "own learning rates (a rank-dependent lr, scheduler or optimizer construction)",
+                                 m.key.rank, m.key.step, mine->data.empty() ? 0.0 : mine->data[0], r,
+                                 other->data.empty() ? 0.0 : other->data[0]));
+          }
+        }
+        if (d) break;
         d = Make("lr-not-scaled", "finding",
                  fmt::format("the learning rate is {:.6g} where the run's rule gives {:.6g} ({:.4g}x): the world size "
                              "changed without rescaling the learning rate", m.got, m.want, m.want != 0 ? m.got / m.want : 0));

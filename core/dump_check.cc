@@ -241,8 +241,11 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
   cfg.drop_last = sc.sampler.drop_last;
   const int64_t per_epoch =
       std::max<int64_t>(1, BatchesPerEpoch(NumSamples(cfg), sc.batch_size, sc.sampler.drop_last_batch));
+  // A resumed run counts its epochs from where it resumed (set_epoch(start), set_epoch(start + 1), ...): the
+  // recording's e-th epoch is the sampler's first call + e.
+  const int64_t first = calls.empty() ? 0 : calls.front();
   for (int64_t s = per_epoch; s < d.steps; ++s) {
-    const int64_t e = s / per_epoch;
+    const int64_t e = first + s / per_epoch;
     if (std::find(calls.begin(), calls.end(), e) != calls.end()) continue;
     for (const auto& r : d.ranks) {
       const Tensor* got = d.trace.Find({s, Checkpoint::kSampler, "indices", r.rank});

@@ -26,7 +26,8 @@ void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
     Mismatch m;
     m.key = {0, Checkpoint::kSampler, "indices", rank.rank};
     m.kind = "rank-divergent";
-    if (seed != seed0) {
+    const bool shuffled = s.value("shuffle", false) || first->sampler->value("shuffle", false);
+    if (seed != seed0 && shuffled) {  // without shuffling the seed draws nothing: the shards are the same
       m.against = fmt::format("rank {}", first->rank);
       m.got = static_cast<double>(seed);
       m.want = static_cast<double>(seed0);

@@ -190,6 +190,23 @@ TEST(CheckProtocol, ACompressingCommHookIsAllowedItsRoundingAndASummingOneIsName
   EXPECT_TRUE(named);
 }
 
+// Samplers seeded per rank permute differently only when they shuffle: without shuffling the shards are the same.
+TEST(CheckProtocol, SamplerSeedsPerRankMatterOnlyWhenShuffling) {
+  for (const bool shuffle : {false, true}) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    for (auto& rank : r.ranks) {
+      rank.sampler = nlohmann::json{{"type", "DistributedSampler"}, {"seed", rank.rank}, {"shuffle", shuffle},
+                                    {"num_replicas", 2}, {"rank", rank.rank}};
+    }
+    const ProtocolResult res = CheckProtocol(r);
+    EXPECT_EQ(res.result.pass, !shuffle);
+    if (shuffle) {
+      ASSERT_TRUE(res.diagnosis.has_value());
+      EXPECT_EQ(res.diagnosis->pattern, "sampler-seed-per-rank");
+    }
+  }
+}
+
 TEST(CheckProtocol, ReducedBucketThatIsNotTheMeanFails) {
   ProtocolRecords r = Records({1.0, 1.0});
   r.ranks[1].steps[0].buckets[0].reduced->data[2] += 1e-3;

@@ -371,6 +371,27 @@ class BucketTaps(unittest.TestCase):
                 self.assertEqual(st["microbatches"], 2)
                 self.assertEqual(st.get("ref_objective"), "sum" if summed else None)
 
+    def test_an_lr_no_given_scheduler_explains_makes_the_run_protocol_only_and_the_base_lr_is_recorded(self):
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        linear = torch.optim.lr_scheduler.LinearLR(opt)  # built before the recorder: lr is already 0.1 / 3
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, schedulers=[linear])
+        late = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)  # not given to the recorder
+        for s in range(3):
+            opt.zero_grad()
+            x, y = torch.randn(4, 8), torch.randn(4, 3)
+            nn.MSELoss()(ddp(x), y).backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y)
+            late.step()
+        rec.close()
+        ix = _index(out)
+        self.assertEqual(ix["optimizer"]["lr"], 0.1)  # the base lr the replay's schedule starts from
+        self.assertTrue(any(r.startswith("the lr changed without a scheduler") for r in ix["replay"]["reasons"]),
+                        ix["replay"]["reasons"])
+
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)
         ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))

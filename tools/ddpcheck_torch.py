@@ -165,13 +165,16 @@ def _optimizer(opt):
         raise UnsupportedModel("ddpcheck replays one optimizer param group, got %d" % len(opt.param_groups))
     g = opt.param_groups[0]
     kind = type(opt).__name__.lower()
+    # The base lr: a scheduler built before the recorder has already applied its first factor to g["lr"]
+    # (LinearLR's start_factor) and kept the base as initial_lr; the replay applies the schedule from the base.
+    lr = g.get("initial_lr", g["lr"])
     if kind == "sgd":
-        return {"type": "sgd", "lr": g["lr"], "momentum": g["momentum"], "dampening": g["dampening"],
+        return {"type": "sgd", "lr": lr, "momentum": g["momentum"], "dampening": g["dampening"],
                 "weight_decay": g["weight_decay"], "nesterov": g["nesterov"], "maximize": g.get("maximize", False)}
     if kind in ("adam", "adamw"):
         if g.get("amsgrad"):
             raise UnsupportedModel("ddpcheck does not replay amsgrad")
-        return {"type": kind, "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
+        return {"type": kind, "lr": lr, "betas": list(g["betas"]), "eps": g["eps"],
                 "weight_decay": g["weight_decay"], "maximize": g.get("maximize", False)}
     raise UnsupportedModel("unsupported optimizer %s; use SGD, Adam or AdamW" % type(opt).__name__)
 
@@ -863,6 +866,10 @@ class DdpRecorder:
         calls = self.set_epoch_calls
 
         def set_epoch(epoch):
+            if not calls and int(epoch) != 0:  # resumed: the replay draws epochs from 0
+                why = "the sampler's first set_epoch was %d, not 0 (a resumed run): the replay draws epochs from 0" % epoch
+                if why not in self.no_replay:
+                    self.no_replay.append(why)
             calls.append(int(epoch))
             return original(epoch)
         s.set_epoch = set_epoch
@@ -971,6 +978,14 @@ class DdpRecorder:
                "scheduler_steps_before": self._sched_total if sched_before is None else sched_before,
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"]}
         self._sched_steps = 0
+        prev = self.steps[-1] if self.steps else None
+        if prev is not None and rec["lrs"] != prev.get("lrs") and rec["scheduler_steps"] == 0:
+            # The lr changed with no scheduler the recorder knows stepping: one built after the recorder or not
+            # passed to it (or the loop setting param_group['lr'] itself). The replay would keep the lr constant.
+            why = ("the lr changed without a scheduler given to the recorder stepping (first before step %d: %s -> %s); "
+                   "pass every scheduler to DdpRecorder(schedulers=[...])" % (s, prev.get("lrs"), rec["lrs"]))
+            if not any(r.startswith("the lr changed without a scheduler") for r in self.no_replay):
+                self.no_replay.append(why)
         if hyper is not None:
             rec["groups"] = hyper
         # Tensors DDP keeps equal on every rank are marked shared: rank r > 0 names rank 0's entry where it holds
