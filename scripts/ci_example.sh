@@ -19,8 +19,11 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   exit 77
 fi
 rm -rf "$OUT" && mkdir -p "$OUT"
-# A port of our own: two CI jobs on one machine must not meet.
-port=$((20000 + $$ % 20000))
+# Ports of our own, free when asked (the OS picks them): two CI jobs, or this test beside others under ctest -j,
+# must not meet on one machine (a port from the PID collided now and then).
+free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+bug_port=$(free_port)
 
 # --- the job (docs/ci.md shows these commands) ---
 "$PYTHON" tools/examples/ddp_example.py --out "$OUT/dump" --world 2 --epochs 1 --port "$port"
@@ -53,7 +56,7 @@ assert json.load(open(out + "/report.json"))["verdict"] == "PASS"
 html = open(out + "/report.html").read()
 assert "VERDICT: PASS" in html and "<svg" in html and len(html) < 150 * 1024, len(html)
 PY
-  "$PYTHON" tools/examples/ddp_example.py --out "$OUT/dump-bug" --world 2 --epochs 2 --port "$((port + 1))" \
+  "$PYTHON" tools/examples/ddp_example.py --out "$OUT/dump-bug" --world 2 --epochs 2 --port "$bug_port" \
     --no-set-epoch
   set +e
   "$DDPCHECK" torch-compare "$OUT/dump-bug" -q --report-json "$OUT/report-bug.json"
