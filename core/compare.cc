@@ -399,6 +399,17 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
   return at;
 }
 
+size_t MajorityBase(size_t n, const std::function<bool(size_t, size_t)>& same, size_t* held) {
+  size_t base = 0, most = 0;
+  for (size_t i = 0; i < n; ++i) {
+    size_t k = 0;
+    for (size_t j = 0; j < n; ++j) k += same(i, j);
+    if (k > most) most = k, base = i;
+  }
+  if (held) *held = most;
+  return most * 2 > n ? base : 0;
+}
+
 CompareResult CheckRankInvariants(const Trace& trace) {
   CompareResult result;
   // Group records by (step, checkpoint, tensor) and compare each rank with the value most ranks hold (the lowest
@@ -409,14 +420,10 @@ CompareResult CheckRankInvariants(const Trace& trace) {
       group.clear();
       return;
     }
-    auto same = [](const Tensor* a, const Tensor* b) { return a == b || BitwiseEqual(*a, *b); };
-    size_t base = 0, most = 0;
-    for (size_t i = 0; i < group.size(); ++i) {
-      size_t n = 0;
-      for (const auto& [key, value] : group) n += same(value, group[i].second);
-      if (n > most) most = n, base = i;  // the first (lowest) rank of the largest group of equal values
-    }
-    if (most * 2 <= group.size()) base = 0;  // no majority: the lowest rank, as before
+    size_t most = 0;
+    const size_t base = MajorityBase(group.size(), [&](size_t i, size_t j) {
+      return group[i].second == group[j].second || BitwiseEqual(*group[i].second, *group[j].second);
+    }, &most);
     const auto& [base_key, base_value] = group[base];
     for (size_t i = 0; i < group.size(); ++i) {
       if (i == base) continue;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -87,6 +88,9 @@ struct CompareResult {
 };
 
 CompareResult CheckRankInvariants(const Trace& trace);
+// The rank values are compared against: of n ranks' values, the first (lowest) of the largest group of equal ones
+// (same(i, j)) when it holds a strict majority, else 0. *held: that group's size (nullptr: not wanted).
+size_t MajorityBase(size_t n, const std::function<bool(size_t, size_t)>& same, size_t* held = nullptr);
 // What a budget scales with: per (step, checkpoint) the largest finite |value| of `want` over all its tensors,
 // and with `own`, per tensor its largest |value| (an infinity included). Computed on every core, each tensor
 // the ranks share once; with `only`, for those (step, checkpoint) alone.

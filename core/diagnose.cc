@@ -343,10 +343,10 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
                  fmt::format("rank {}'s GradScaler {} differs at step {}: that rank's scaler state was restored from "
                              "elsewhere or updated on its own", m.key.rank, m.key.tensor, m.key.step));
         break;
-      case Checkpoint::kLr:
+      case Checkpoint::kLr: {
         // An lr the ranks do not share is a rank's own setting, not the world size's rule.
-        for (int r = 0; r < got.meta.value("world", 0) && !d; ++r) {
-          const Tensor* mine = got.Find(m.key);
+        const Tensor* mine = got.Find(m.key);
+        for (int r = 0, world = got.meta.value("world", 0); r < world && !d; ++r) {
           const Tensor* other = r == m.key.rank ? nullptr : got.Find({m.key.step, m.key.checkpoint, m.key.tensor, r});
           if (mine && other && !BitwiseEqual(*mine, *other)) {
             d = Make("unknown", "rank-divergent",
@@ -361,6 +361,7 @@ std::optional<Diagnosis> Diagnose(const Scenario& s, const Trace& got, const Tra
                  fmt::format("the learning rate is {:.6g} where the run's rule gives {:.6g} ({:.4g}x): the world size "
                              "changed without rescaling the learning rate", m.got, m.want, m.want != 0 ? m.got / m.want : 0));
         break;
+      }
       case Checkpoint::kParams:
         // Rank 0 too when the rank check names it (it alone differs from the others: core::CheckRankInvariants).
         if (m.key.rank != 0 || m.kind == "rank-divergent") {

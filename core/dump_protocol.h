@@ -109,6 +109,10 @@ struct ProtocolRecords {
   std::vector<ProtocolRank> ranks;
 };
 
+// What a reduced bucket is compared against (Mismatch::against) when it is checked as the mean of the ranks' local
+// buckets: a mismatch there means the reduction itself, not the loss, is off.
+inline constexpr const char* kMeanOfLocalBuckets = "mean of the ranks' local buckets";
+
 // How tools/ddpcheck_torch.py's reference='auto' notes a step it left to ddpcheck's replay.
 inline constexpr const char* kAutoReferenceNote = "reference='auto': not recomputed, the run is replayed";
 

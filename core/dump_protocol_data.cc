@@ -262,7 +262,7 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
       for (size_t k = 0; k < per_rank.size(); ++k) {
         if (!per_rank[k]->reduced) continue;
         const TraceKey tk{s, Checkpoint::kReduced, fmt::format("bucket{}", key.first), r.ranks[k].rank};
-        if (auto m = CompareElementwise(tk, per_rank[k]->reduced->data, want, budget, "mean of the ranks' local buckets")) {
+        if (auto m = CompareElementwise(tk, per_rank[k]->reduced->data, want, budget, kMeanOfLocalBuckets)) {
           // W x the mean, element by element (within the same budget scaled by W): the reduction summed.
           bool summed = r.world > 1;
           const auto& got = per_rank[k]->reduced->data;

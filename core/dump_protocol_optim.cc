@@ -65,15 +65,8 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
     std::vector<const ProtocolRank*> here;
     for (const auto& rank : r.ranks) if (rank.steps.size() > s) here.push_back(&rank);
     if (here.size() < 2) continue;
-    const ProtocolRank* base = here[0];
-    size_t most = 0;
-    for (const ProtocolRank* a : here) {
-      const size_t n = static_cast<size_t>(std::count_if(here.begin(), here.end(), [&](const ProtocolRank* b) {
-        return b->steps[s].lrs == a->steps[s].lrs;
-      }));
-      if (n > most) most = n, base = a;
-    }
-    if (most * 2 <= here.size()) base = here[0];
+    const ProtocolRank* base =
+        here[MajorityBase(here.size(), [&](size_t i, size_t j) { return here[i]->steps[s].lrs == here[j]->steps[s].lrs; })];
     const ProtocolStep& s0 = base->steps[s];
     for (const ProtocolRank* rank : here) {
       if (rank == base) continue;

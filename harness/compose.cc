@@ -102,7 +102,7 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
       // The replay's factor read from the reduced gradient, where the protocol check saw the reduction itself
       // differ from the mean of the recorded local buckets by then: the factor is the reduction's, not the loss's.
       for (const auto& m : protocol->result.mismatches) {
-        if (m.against == "mean of the ranks' local buckets" && m.key.step <= finding->mismatch.key.step) {
+        if (m.against == core::kMeanOfLocalBuckets && m.key.step <= finding->mismatch.key.step) {
           finding.reset();
           diagnosis = core::Diagnosis{"unknown", m.kind, m.message};  // what the protocol check saw
           break;
