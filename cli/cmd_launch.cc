@@ -131,7 +131,8 @@ int Run(const LaunchArgs& a) {
                               {"DDPCHECK_RENDEZVOUS", rendezvous},
                               {"DDPCHECK_RUN_ID", run_id}});
     if (c.pid < 0) {
-      std::cerr << "ddpcheck launch: cannot fork rank " << c.rank << ": " << strerror(errno) << "\n";
+      ErrLine("ddpcheck launch: cannot fork rank " + std::to_string(c.rank) + ": " + std::string(strerror(errno)) +
+              "\n");
       c.code = 127;
     }
     children.push_back(c);

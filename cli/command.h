@@ -20,7 +20,13 @@ using SetupFn = std::function<std::pair<CLI::App*, RunFn>(CLI::App& app)>;
 bool RegisterCommand(const std::string& name, SetupFn setup);
 const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands();
 
-// Prints "ddpcheck <cmd>: <status>" on stderr and returns the status's exit code (core::ExitCodeFor).
+// Writes `line` (a whole message, ending in a newline) to stderr in one write: the ranks of a launch share the
+// launcher's stderr, and a line written piece by piece (as std::cerr's << does, stderr being unbuffered) can be
+// interleaved with another rank's ("ddpcheck ddpcheck run: runI/O error: ..."), which a reader, or a script
+// looking for a rank's line, cannot take apart.
+void ErrLine(const std::string& line);
+
+// Prints "ddpcheck <cmd>: <status>" on stderr (one write) and returns the status's exit code (core::ExitCodeFor).
 int Fail(const std::string& cmd, const core::Status& status);
 
 }  // namespace ddpcheck::cli

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <iostream>
+#include <string>
 #include <thread>
+
+#include "cli/command.h"
 
 namespace ddpcheck::cli {
 
@@ -39,7 +41,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<st
     execv("/proc/self/exe", args.data());
   else
     execvp(args[0], args.data());
-  std::cerr << "ddpcheck launch: cannot run " << argv[0] << ": " << std::strerror(errno) << "\n";
+  ErrLine("ddpcheck launch: cannot run " + std::string(argv[0]) + ": " + std::string(std::strerror(errno)) + "\n");
   _exit(127);
 }
 
@@ -50,8 +52,8 @@ bool Poll(Child& c) {
   if (c.code != -1 || waitpid(c.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) != c.pid) return false;
   if (WIFSTOPPED(status)) {
     c.stopped = true;
-    std::cerr << "ddpcheck launch: rank " << c.rank << " stopped by signal " << WSTOPSIG(status) << " ("
-              << strsignal(WSTOPSIG(status)) << ")\n";
+    ErrLine("ddpcheck launch: rank " + std::to_string(c.rank) + " stopped by signal " +
+            std::to_string(WSTOPSIG(status)) + " (" + std::string(strsignal(WSTOPSIG(status))) + ")\n");
     return false;
   }
   if (WIFCONTINUED(status)) {
@@ -62,12 +64,13 @@ bool Poll(Child& c) {
   if (WIFSIGNALED(status)) {
     c.code = 128 + WTERMSIG(status);
     c.lost = c.lost || g_signal == 0;  // not a signal launch forwarded
-    std::cerr << "ddpcheck launch: rank " << c.rank << (c.lost ? " lost: killed" : " ended") << " by signal "
-              << WTERMSIG(status) << " ("
-              << strsignal(WTERMSIG(status)) << "), exit code " << c.code << "\n";
+    ErrLine("ddpcheck launch: rank " + std::to_string(c.rank) + std::string(c.lost ? " lost: killed" : " ended") +
+            " by signal " + std::to_string(WTERMSIG(status)) + " (" + std::string(strsignal(WTERMSIG(status))) +
+            "), exit code " + std::to_string(c.code) + "\n");
   } else {
     c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-    if (c.code != 0) std::cerr << "ddpcheck launch: rank " << c.rank << " exited with code " << c.code << "\n";
+    if (c.code != 0)
+      ErrLine("ddpcheck launch: rank " + std::to_string(c.rank) + " exited with code " + std::to_string(c.code) + "\n");
   }
   return true;
 }
@@ -88,8 +91,8 @@ void Supervise(std::vector<Child>& children, std::chrono::milliseconds kill_afte
     if (running == 0) break;
     if (g_signal != 0 && !forwarded) {
       forwarded = true;
-      std::cerr << "ddpcheck launch: got signal " << g_signal << " (" << strsignal(g_signal)
-                << "): forwarding it to the ranks\n";
+      ErrLine("ddpcheck launch: got signal " + std::to_string(g_signal) + " (" + std::string(strsignal(g_signal)) +
+              "): forwarding it to the ranks\n");
       for (Child& c : children) {
         if (c.code != -1) continue;
         kill(c.pid, g_signal);
@@ -104,9 +107,9 @@ void Supervise(std::vector<Child>& children, std::chrono::milliseconds kill_afte
       killed = killed || late;
       for (Child& c : children) {
         if (c.code != -1 || (c.lost && !late) || (!late && !c.stopped)) continue;
-        std::cerr << "ddpcheck launch: rank " << c.rank
-                  << (c.stopped ? " is stopped while every other rank has ended" : " still running")
-                  << "; killing it\n";
+        ErrLine("ddpcheck launch: rank " + std::to_string(c.rank) +
+                std::string(c.stopped ? " is stopped while every other rank has ended" : " still running") +
+                "; killing it\n");
         c.lost = true;
         kill(c.pid, SIGKILL);
       }
@@ -125,7 +128,8 @@ int ExitCode(const std::vector<Child>& children) {
     if (c.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(c.rank);
   }
   if (!lost.empty()) {
-    std::cerr << "ddpcheck launch: FAIL: rank(s) " << lost << " lost (killed or stopped): the world did not finish\n";
+    ErrLine("ddpcheck launch: FAIL: rank(s) " + std::string(lost) +
+            " lost (killed or stopped): the world did not finish\n");
     return 1;
   }
   for (const Child& c : children) {

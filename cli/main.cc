@@ -1,8 +1,10 @@
 // The ddpcheck command: parses the subcommand, runs it, and turns every failure into a message and an exit
 // code (0 PASS, 1 divergence found, 2 bad input or usage, 3 internal error).
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -12,8 +14,8 @@
 #include "cli/command.h"
 #include "cli/gpu_handover.h"
 #include "cli/usage_hints.h"
-#include "core/version.h"
 #include "core/check.h"
+#include "core/version.h"
 
 namespace ddpcheck::cli {
 
@@ -31,8 +33,18 @@ bool RegisterCommand(const std::string& name, SetupFn setup) {
 
 const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands() { return Registry(); }
 
+void ErrLine(const std::string& line) {
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere to say it
+    done += static_cast<size_t>(n);
+  }
+}
+
 int Fail(const std::string& cmd, const core::Status& status) {
-  std::cerr << "ddpcheck " << cmd << ": " << status.ToString() << "\n";
+  ErrLine("ddpcheck " + cmd + ": " + status.ToString() + "\n");
   return core::ExitCodeFor(status);
 }
 
@@ -73,7 +85,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1) {
     if (const std::string hint = cli::UnknownCommandHint(argv[1], names); !hint.empty()) {
-      std::cerr << "ddpcheck: " << hint << "\n";
+      cli::ErrLine("ddpcheck: " + hint + "\n");
       return 2;
     }
   }
@@ -82,7 +94,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ExtrasError& e) {
     for (auto& [sub, run] : commands) {
       if (sub->count() > 0 && !sub->remaining().empty()) {
-        std::cerr << "ddpcheck: " << cli::UnknownOptionHints(*sub, sub->remaining());
+        cli::ErrLine("ddpcheck: " + cli::UnknownOptionHints(*sub, sub->remaining()));
         return 2;
       }
     }
@@ -96,10 +108,11 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run();
     }
   } catch (const core::CheckError& e) {
-    std::cerr << "ddpcheck: internal invariant broken (a bug in ddpcheck, please report): " << e.what() << "\n";
+    cli::ErrLine(std::string("ddpcheck: internal invariant broken (a bug in ddpcheck, please report): ") + e.what() +
+                 "\n");
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << "ddpcheck: error: " << e.what() << "\n";
+    cli::ErrLine(std::string("ddpcheck: error: ") + e.what() + "\n");
     return 3;
   }
   return 2;

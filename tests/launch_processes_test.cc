@@ -168,6 +168,28 @@ TEST(Launch, ARankThatDiesMidRunMakesTheOthersFailNamingItWithinTheTimeout) {
   for (int rank : {0, 1, 2, 4, 5}) EXPECT_THAT(r.err, HasSubstr("rank " + std::to_string(rank) + " exited with code"));
 }
 
+// The ranks share the launcher's stderr: each rank's message is one whole line, never cut into by another rank's
+// (written piece by piece, eight ranks failing at once printed "ddpcheck ddpcheck run: run: not found: ..." in
+// most launches, and a test looking for rank 0's line missed it).
+TEST(Launch, EveryRanksMessageIsOneWholeLineOnTheSharedStderr) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    for (const std::string& args : {std::string("/no/such/scenario.json --world 8"), std::string("--no-such-flag")}) {
+      const auto r = RunCli("launch --nproc 8 -- ddpcheck run " + args);
+      EXPECT_EQ(r.exit_code, 2) << r.err;
+      std::istringstream lines(r.err);
+      int rank_lines = 0;
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("ddpcheck launch: ", 0) == 0) continue;
+        const bool whole = line == "ddpcheck run: not found: /no/such/scenario.json: no such file" ||
+                           line.rfind("ddpcheck: unknown option '--no-such-flag' for 'ddpcheck run'", 0) == 0;
+        EXPECT_TRUE(whole) << "a line cut into by another rank's: '" << line << "'\n" << r.err;
+        rank_lines += whole ? 1 : 0;
+      }
+      EXPECT_EQ(rank_lines, 8) << r.err;
+    }
+  }
+}
+
 // A torch script under `launch` finds what init_process_group("env://") reads: RANK, WORLD_SIZE, MASTER_ADDR and
 // one MASTER_PORT shared by every rank (a free port on one node).
 TEST(Launch, ExportsTorchrunsVariablesToEveryRank) {
