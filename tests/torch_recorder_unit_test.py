@@ -10,6 +10,8 @@
   * the dataset rows rec.step() is given are kept when they are one tensor of rows of one shape (the latest row of an
     index wins), and otherwise (a tuple of inputs, text padded to each batch's length) the dataset is dropped with
     a reason and the loop goes on: the recording's index is written and says why the run is not replayed;
+  * the user's module can be saved whole (torch.save(model.module)) and deep-copied (an EMA copy) mid-recording:
+    the recorder leaves no hook on it (nor on a loss module inside it) that would drag the recorder along;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
     have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward; with a loss
     function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows;
@@ -147,6 +149,16 @@ class Rows(unittest.TestCase):
             self.assertIsNone(rows.first, what)
 
 
+class _WithCriterion(nn.Module):
+    """A model holding its loss module (pickled with it: a module-level class)."""
+    def __init__(self):
+        super().__init__()
+        self.body, self.criterion = nn.Linear(8, 3), nn.MSELoss()
+
+    def forward(self, x):
+        return self.body(x)
+
+
 class BucketTaps(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -271,6 +283,37 @@ class BucketTaps(unittest.TestCase):
             rec.step(torch.arange(4) + 4 * s, x, y, loss)
         rec.close()
         return _index(out)["steps"]
+
+    def test_the_module_can_be_saved_whole_and_deep_copied_while_recorded(self):
+        import copy
+        import io
+        torch.manual_seed(0)
+        model = _WithCriterion()
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=model.criterion, out_dir=out, reference=True)
+        for s in range(3):
+            opt.zero_grad()
+            x, y = torch.randn(4, 8), torch.randn(4, 3)
+            loss = model.criterion(ddp(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+            buf = io.BytesIO()
+            torch.save(ddp.module, buf)  # the whole module, mid-run (tutorials checkpoint this way)
+            ema = copy.deepcopy(ddp.module)  # an EMA copy
+            buf.seek(0)
+            for copied in (torch.load(buf), ema):
+                self.assertTrue(all(not m._forward_pre_hooks for m in copied.modules()))
+                with torch.no_grad():  # an evaluation: not part of the step
+                    self.assertTrue(torch.equal(copied(x), model(x)))
+        rec.close()
+        steps = _index(out)["steps"]
+        self.assertEqual(len(steps), 3)
+        for st in steps:  # the copies' forwards and losses are not the step's
+            self.assertNotIn("ref_note", st)
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
 
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)

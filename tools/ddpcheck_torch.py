@@ -784,14 +784,17 @@ class DdpRecorder:
         self.buckets = _protocol.BucketTap(ddp_model, self._pindex, self.world) if ddp_model is not self.module \
             else None
         self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total, self.buckets)
+        # The user's module and loss are watched by one global forward pre-hook that picks them out by identity,
+        # not by hooks of their own: a hook stored on a module goes with it wherever the user copies it, and a
+        # bound method of the recorder drags the recorder (its threads, locks and files) along:
+        # torch.save(model.module) failed ("cannot pickle '_thread.RLock' object"), copy.deepcopy(model.module)
+        # for an EMA copy failed the same way, and a module saved whole would carry the hook into whatever loads it.
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
-                       self.module.register_forward_pre_hook(self._on_module_forward)]
+                       torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward)]
         self._unwraps = []  # undo the attribute wrappers at close
         self._wrap_ddp_forward(ddp_model)
         for owner in (optimizer, ddp_model) if ddp_model is not self.module else (optimizer,):
             self._wrap_zero_grad(owner)  # never the user's own module (it may be pickled mid-run)
-        if self.ref is not None and self.ref.user_loss is not None:
-            self._hooks.append(self.ref.user_loss.register_forward_pre_hook(self.ref.on_loss))
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
 
     def _describe(self, fn, fallback):
@@ -878,6 +881,13 @@ class DdpRecorder:
         self._counts["ddp"] += 1
         if self.buckets is not None:
             self.buckets.arm()
+
+    def _on_any_forward(self, module, inputs):
+        """The global forward pre-hook (every module's forward calls it): the user's module and loss module."""
+        if module is self.module:
+            self._on_module_forward(module, inputs)
+        elif self.ref is not None and module is self.ref.user_loss:
+            self.ref.on_loss(module, inputs)
 
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
