@@ -8,7 +8,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
+enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kNumberArray, kNumberMap, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
 
 bool Matches(const json& v, Is is) {
   switch (is) {
@@ -35,6 +35,18 @@ bool Matches(const json& v, Is is) {
         if (!e.is_number_integer()) return false;
       }
       return true;
+    case Is::kNumberArray:
+      if (!v.is_array()) return false;
+      for (const auto& e : v) {
+        if (!e.is_number()) return false;
+      }
+      return true;
+    case Is::kNumberMap:
+      if (!v.is_object()) return false;
+      for (const auto& item : v.items()) {
+        if (!item.value().is_number()) return false;
+      }
+      return true;
   }
   return false;
 }
@@ -54,6 +66,8 @@ const char* Describe(Is is) {
     case Is::kIntOrNull: return "must be an integer or null";
     case Is::kStringMap: return "must be an object of name -> tensor file (strings: \"s3.npz/s3.x.npy\" or \"s3.x.npy\")";
     case Is::kIntArray: return "must be an array of integers";
+    case Is::kNumberArray: return "must be an array of numbers";
+    case Is::kNumberMap: return "must be an object of name -> number";
   }
   return "";
 }
@@ -90,7 +104,31 @@ Status CheckStep(const json& st, const std::string& p) {
                                    {"optimizer_state", Is::kObject},
                                    {"ref_loss", Is::kNumberOrNull},
                                    {"ddp_forwards", Is::kInt},
-                                   {"module_forwards", Is::kInt}}));
+                                   {"module_forwards", Is::kInt},
+                                   {"epoch", Is::kInt},
+                                   {"lrs", Is::kNumberArray},
+                                   {"optimizer_steps", Is::kInt},
+                                   {"scheduler_steps", Is::kInt},
+                                   {"scheduler_steps_before", Is::kInt},
+                                   {"ref_grads", Is::kStringMap},
+                                   {"ref_rows", Is::kInt},
+                                   {"microbatches", Is::kInt},
+                                   {"autocast", Is::kBool},
+                                   {"ref_note", Is::kString},
+                                   {"groups", Is::kArray},
+                                   {"optimizer_step_counts", Is::kNumberMap},
+                                   {"buckets", Is::kArray}}));
+  if (st.contains("buckets")) {
+    const json& buckets = st.at("buckets");
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      DDPCHECK_RETURN_IF_ERROR(Fields(buckets[b], JsonPath(JsonPath(p, "buckets"), b),
+                                      {{"index", Is::kInt, true},
+                                       {"params", Is::kIntArray, true},
+                                       {"local", Is::kString, true},
+                                       {"reduced", Is::kStringOrNull},
+                                       {"reduced_is_grads", Is::kBool}}));
+    }
+  }
   if (st.contains("optimizer_state")) {
     for (const auto& item : st.at("optimizer_state").items()) {
       const std::string q = JsonPath(JsonPath(p, "optimizer_state"), item.key());

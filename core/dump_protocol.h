@@ -62,7 +62,8 @@ struct ProtocolStep {
   int64_t ddp_forwards = -1;  // forwards through the DDP wrapper in the step (-1: not recorded)
   int64_t scheduler_steps_before = 0;  // scheduler.step() calls before this step's optimizer.step()
   std::vector<int64_t> indices;
-  bool autocast = false;
+  bool autocast = false;  // the step's forwards ran under torch.autocast
+  bool autocast_known = false;  // the index says (older recorders said it only with a reference)
 };
 
 struct ProtocolRank {

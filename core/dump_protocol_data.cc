@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/buckets.h"
+#include "core/compare.h"
 #include "core/dump_protocol.h"
 #include "core/dump_protocol_util.h"
 #include "core/sampler.h"
@@ -154,6 +155,44 @@ void CheckParamOrder(const ProtocolRecords& r, ProtocolResult* out, std::vector<
   if (checked) out->checked.push_back("every rank's parameters in DDP's order against rank 0's");
 }
 
+// Every rank's forwards of a step under torch.autocast, or none: a rank that autocasts while the others do not
+// (an `if rank == 0` around the autocast context, a flag read from a per-rank config) computes its gradient in
+// another precision than the rest, so the average is of gradients no single process computes. Named at the first
+// step where a rank differs from what most ranks did.
+void CheckAutocast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (r.ranks.size() < 2) return;
+  size_t steps = 0;
+  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
+  bool any = false;
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<const ProtocolRank*> at;  // the ranks that recorded step s
+    for (const auto& rank : r.ranks) {
+      if (s < rank.steps.size() && rank.steps[s].autocast_known) at.push_back(&rank);
+    }
+    if (at.size() < 2) continue;
+    any = true;
+    const auto on = [&](size_t i) { return at[i]->steps[s].autocast; };
+    const size_t base = MajorityBase(at.size(), [&](size_t i, size_t j) { return on(i) == on(j); });
+    for (size_t i = 0; i < at.size(); ++i) {
+      if (on(i) == on(base)) continue;
+      const ProtocolRank& odd = *at[i];
+      Mismatch m;
+      m.key = {odd.steps[s].step, Checkpoint::kLoss, "autocast", odd.rank};
+      m.kind = "rank-divergent";
+      m.against = fmt::format("rank {}", at[base]->rank);
+      m.message = fmt::format("rank {} ran its step-{} forward {} torch.autocast and rank {} {}", odd.rank,
+                              odd.steps[s].step, on(i) ? "under" : "without", at[base]->rank,
+                              on(i) ? "without it" : "under it");
+      f->push_back({m, fmt::format("different-forward-path@{}", odd.rank),
+                    m.message + fmt::format(": rank {} computes its gradient in another precision than the other "
+                                            "ranks, so DDP averages gradients no single process computes (the "
+                                            "autocast context is entered on some ranks only)", odd.rank), 0});
+      return;
+    }
+  }
+  if (any) out->checked.push_back("the same autocast (on or off) on every rank at every step");
+}
+
 // Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.
 void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (!r.buckets_note.empty() || !r.ddp_wrapped) {
@@ -290,6 +329,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckShards(r, out, f);
   CheckBypass(r, f);
   CheckParamOrder(r, out, f);
+  CheckAutocast(r, out, f);
   CheckBuckets(r, out, f);
   CheckMean(r, out, f);
   CheckReference(r, out, f);

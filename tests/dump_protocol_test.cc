@@ -128,6 +128,28 @@ TEST(CheckProtocol, ParametersInAnotherOrderOnARankAreParamOrder) {
   if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("param-order"), std::string::npos);
 }
 
+// torch.autocast entered on some ranks only: the rank that differs from most ranks is named (different-forward-path)
+// at the first step it differs, rank 0 too when it alone autocasts among three; autocast on every rank passes.
+TEST(CheckProtocol, AutocastOnSomeRanksOnlyNamesTheRankThatDiffers) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  for (auto& rank : r.ranks) rank.steps[0].autocast = rank.steps[0].autocast_known = true;
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  r.ranks[1].steps[0].autocast = r.ranks[1].steps[0].autocast_known = false;  // an older index that does not say
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  for (const int odd : {0, 2}) {
+    ProtocolRecords o = Records({1.0, 1.0, 1.0});
+    for (auto& rank : o.ranks) rank.steps[0].autocast_known = true;
+    o.ranks[odd].steps[0].autocast = true;
+    const ProtocolResult res = CheckProtocol(o);
+    ASSERT_FALSE(res.result.pass);
+    ASSERT_TRUE(res.diagnosis.has_value());
+    EXPECT_EQ(res.diagnosis->pattern, "different-forward-path@" + std::to_string(odd));
+    EXPECT_EQ(res.result.first->key.rank, odd);
+    EXPECT_EQ(res.result.first->key.step, 0);
+    EXPECT_NE(res.result.first->message.find("under torch.autocast"), std::string::npos) << res.result.first->message;
+  }
+}
+
 // A rank whose lr differs is counted as a comparison of the lr, so the table never shows more failures than
 // tensors compared.
 TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {

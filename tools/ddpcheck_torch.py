@@ -694,6 +694,11 @@ AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's 
              "single-process reference")
 
 
+def _autocast_enabled():
+    """Whether a forward now runs under torch.autocast (CPU or CUDA)."""
+    return bool(torch.is_autocast_enabled() or getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
+
+
 class DdpRecorder:
     """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast), before the first
     forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed.
@@ -749,7 +754,7 @@ class DdpRecorder:
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
-        self._counts = {"ddp": 0, "module": 0}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0}
         self._fwd_buffers = None
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
@@ -853,7 +858,7 @@ class DdpRecorder:
 
         def zero_grad(*args, **kwargs):
             if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
-                self._counts = {"ddp": 0, "module": 0}
+                self._counts = {"ddp": 0, "module": 0, "autocast": 0}
                 self._fwd_buffers = None
                 if self.ref is not None:
                     r = self.ref
@@ -892,6 +897,8 @@ class DdpRecorder:
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
         self._counts["module"] += 1
+        if torch.is_grad_enabled() and _autocast_enabled():
+            self._counts["autocast"] += 1  # a forward with a gradient to come, under torch.autocast
         if self._fwd_buffers is None:
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
         if self.ref is not None:
@@ -986,7 +993,9 @@ class DdpRecorder:
                "loss": float(loss.detach()) if torch.is_tensor(loss) else loss,
                "lr": lrs[0], "lrs": lrs, "optimizer_steps": opt_steps, "scheduler_steps": self._sched_steps,
                "scheduler_steps_before": self._sched_total if sched_before is None else sched_before,
-               "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"]}
+               "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"],
+               # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
+               "autocast": self._counts["autocast"] > 0}
         self._sched_steps = 0
         prev = self.steps[-1] if self.steps else None
         if prev is not None and rec["lrs"] != prev.get("lrs") and rec["scheduler_steps"] == 0:
@@ -1062,7 +1071,7 @@ class DdpRecorder:
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
-        self._counts = {"ddp": 0, "module": 0}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0}
         self._fwd_buffers = None
 
     def _capture(self):
@@ -1169,7 +1178,7 @@ class DdpRecorder:
             lost = "s%d.npz/" % step  # a deferred reference of the step before went to the failed archive
             for st in self.steps:
                 if any(f.startswith(lost) for f in st.get("ref_grads", {}).values()):
-                    for k in ("ref_grads", "ref_rows", "microbatches", "autocast", "ref_loss"):
+                    for k in ("ref_grads", "ref_rows", "microbatches", "ref_loss"):
                         st.pop(k, None)
                     st["ref_note"] = "its reference was written with step %d, whose write failed" % step
             if self.error is None or step < self.error["step"]:
