@@ -329,6 +329,22 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   const int64_t per_epoch = std::max<int64_t>(1, BatchesPerEpoch(shard, s->batch_size, s->sampler.drop_last_batch));
   s->epochs = std::max<int64_t>(1, (d.steps + per_epoch - 1) / per_epoch);
   s->steps = d.steps;
+  // MSELoss between outputs (N, out) and targets of another shape: torch broadcast them (targets (N,) against
+  // outputs (N, 1) make an (N, N) loss; torch only warns "Using a target size ... different to the input size"),
+  // which the replay's loss does not model. torch ran it, so the dump is not bad: the protocol check judges the
+  // run (its float64 reference calls the user's loss, broadcasting as torch did).
+  int64_t out_width = 0;
+  for (const LayerSpec& l : s->model) {
+    if (l.type == "linear") out_width = l.out_features;
+  }
+  const std::vector<int64_t> want = {s->data.samples, out_width};
+  if (s->loss == "mse" && out_width > 0 && s->data.y.shape != want) {
+    const std::string rows = ShapeString(s->data.y.shape);  // "(96)": the batch's shape is "(B)"
+    *unsupported += fmt::format("{}MSELoss got targets of shape (B{} per batch for outputs of shape (B, {}): torch "
+                                "broadcast them, which the replay's loss does not model",
+                                unsupported->empty() ? "" : "; ", rows.substr(rows.find_first_of(",)")), out_width);
+    return Status::Ok();
+  }
   return ValidateScenario(*s);
 }
 

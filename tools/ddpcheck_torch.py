@@ -1054,7 +1054,7 @@ class DdpRecorder:
         if self.ref is not None:
             captured = self._capture()
             if self._ref_needed is None:
-                self._ref_needed = self._not_replayed(rec, captured)
+                self._ref_needed = self._not_replayed(rec, captured, yb)
                 self._ref_from = rec["step"] if self._ref_pending is None else self._ref_pending[0]["step"]
                 for st in self.steps[:self._ref_from] if self._ref_needed else ():  # not replayed after all
                     st["ref_note"] = ("reference='auto': not recomputed before step %d, the first that showed the "
@@ -1098,10 +1098,16 @@ class DdpRecorder:
         if why.get("objective") == "sum":
             rec["ref_objective"] = "sum"  # the forwards' losses summed (rec.step's loss is their sum): not averaged
 
-    def _not_replayed(self, rec, captured):
+    def _not_replayed(self, rec, captured, yb=None):
         """Why ddpcheck will not replay the run, as far as this step shows (None: it replays it so far)."""
         if self.no_replay:
             return self.no_replay[0]
+        outs = [l["out"] for l in self.layers or [] if l.get("type") == "linear"]
+        targets = captured[1] or ([yb] if torch.is_tensor(yb) else [])
+        if self.loss == "mse" and outs and any(tuple(t.shape[1:]) != (outs[-1],) for t in targets):
+            # torch broadcast outputs (B, 1) against targets (B,) into a (B, B) loss (it only warns): ddpcheck's
+            # replay does not (core/dump.cc says the same from the recorded dataset)
+            return "MSELoss got targets of shape %s for outputs (B, %d)" % (tuple(targets[0].shape), outs[-1])
         if any(l["type"] == "dropout" and l["p"] > 0 for l in self.layers or []):
             return "Dropout(p > 0)"
         if self.scaler is not None and self.scaler.is_enabled():

@@ -3,8 +3,9 @@
 GradScaler that is disabled (torch 1.13's GradScaler is CUDA-only; enabled=False keeps the loop's shape),
 OneCycleLR stepped every iteration, SGD with momentum, MSE loss; each rank a random slice of the data.
 
-    --mistakes none,loss-times-world
-  loss-times-world   scaler.scale(loss * world_size).backward()
+    --mistakes none,loss-times-world,autocast-rank1-off
+  loss-times-world     scaler.scale(loss * world_size).backward()
+  autocast-rank1-off   rank 1 runs without autocast (enabled= from a per-rank setting: "no bf16 on that host")
 """
 import argparse
 import os
@@ -33,7 +34,8 @@ def run_case(rank, world, mistake, out):
     g = torch.Generator().manual_seed(rank)
     for _ in range(STEPS):
         x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        use_amp = not (mistake == "autocast-rank1-off" and rank == 1)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=use_amp):
             loss = loss_fn(ddp(x).float(), y)
         opt.zero_grad()
         scaler.scale(loss * world if mistake == "loss-times-world" else loss).backward()
