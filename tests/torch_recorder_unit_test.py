@@ -10,6 +10,8 @@
   * the dataset rows rec.step() is given are kept when they are one tensor of rows of one shape (the latest row of an
     index wins), and otherwise (a tuple of inputs, text padded to each batch's length) the dataset is dropped with
     a reason and the loop goes on: the recording's index is written and says why the run is not replayed;
+  * a scheduler's state_dict() and the sampler can be saved mid-recording (the recorder's counting of
+    scheduler.step() and sampler.set_epoch() is no attribute of theirs) and their classes are as they were after close;
   * the user's module can be saved whole (torch.save(model.module)) and deep-copied (an EMA copy) mid-recording:
     the recorder leaves no hook on it (nor on a loss module inside it) that would drag the recorder along;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
@@ -314,6 +316,39 @@ class BucketTaps(unittest.TestCase):
         for st in steps:  # the copies' forwards and losses are not the step's
             self.assertNotIn("ref_note", st)
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
+    def test_schedulers_and_the_sampler_can_be_saved_while_recorded_and_are_left_as_they_were(self):
+        import io
+        from torch.utils.data import DistributedSampler, TensorDataset
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 2)))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 2)
+        other = torch.optim.lr_scheduler.StepLR(torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=1.0), 1)
+        sampler = DistributedSampler(TensorDataset(torch.randn(8, 4)))
+        fresh = dict(vars(sched))
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, sampler=sampler,
+                                         schedulers=[sched], reference=False)
+        for s in range(3):
+            sampler.set_epoch(s)
+            opt.zero_grad()
+            x = torch.randn(4, 4)
+            nn.MSELoss()(ddp(x), torch.randn(4, 2)).backward()
+            opt.step()
+            sched.step()
+            other.step()  # a scheduler of the same class the recorder does not watch
+            rec.step(torch.arange(4), x)
+            self.assertEqual(sorted(sched.state_dict()), sorted(k for k in fresh if k != "optimizer"))
+            for obj in (sched.state_dict(), sched, sampler):  # a checkpoint of the scheduler, the sampler whole
+                torch.save(obj, io.BytesIO())
+        rec.close()
+        ix = _index(out)
+        self.assertEqual([st["scheduler_steps"] for st in ix["steps"]], [1, 1, 1])
+        self.assertEqual(ix["sampler"]["set_epoch_calls"], [0, 1, 2])
+        self.assertNotIn("step", vars(type(sched)))  # StepLR inherits step: the class is as it was
+        self.assertNotIn("set_epoch", [k for k in vars(type(sampler)) if getattr(vars(type(sampler))[k], "_ddpcheck_own", None)])
+        self.assertFalse(ddpcheck_torch._TAPS)
 
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)

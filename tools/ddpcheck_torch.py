@@ -694,6 +694,61 @@ AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's 
              "single-process reference")
 
 
+_TAPS = {}  # (class, method name) -> {id(obj): (weakref to obj, callback)} of the objects a recorder watches
+_TAPS_LOCK = threading.Lock()
+_ABSENT = object()
+
+
+def _tap(obj, name, before):
+    """Calls before(*args, **kwargs) ahead of every obj.<name>(...) until the returned undo() is called.
+
+    The method is patched on obj's class (once per class, counted), never stored on obj: a scheduler's state_dict()
+    is its __dict__, and a wrapper kept there made torch.save({'scheduler': sched.state_dict()}) fail ("Can't
+    pickle local object"), as it made torch.save(sampler) fail; a class attribute is not pickled with the object.
+    Objects of the class the recorder does not watch call the method unchanged. An object with its own attribute of
+    that name (the user wrapped it) is wrapped on the object as before."""
+    import weakref
+    if name in vars(obj):
+        original = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            before(*args, **kwargs)
+            return original(*args, **kwargs)
+        setattr(obj, name, wrapper)
+        return lambda: vars(obj).pop(name, None) if vars(obj).get(name) is wrapper else None
+    cls = type(obj)
+    with _TAPS_LOCK:
+        key = (cls, name)
+        watch = _TAPS.get(key)
+        if watch is None:
+            watch = _TAPS[key] = {}
+            own = cls.__dict__.get(name, _ABSENT)
+            inherited = getattr(cls, name)
+
+            def tapped(self, *args, **kwargs):
+                seen = watch.get(id(self))
+                if seen is not None and seen[0]() is self:
+                    seen[1](*args, **kwargs)
+                return inherited(self, *args, **kwargs)
+            tapped.__name__, tapped.__doc__, tapped.__wrapped__ = name, getattr(inherited, "__doc__", None), inherited
+            tapped._ddpcheck_own = own
+            setattr(cls, name, tapped)
+        watch[id(obj)] = (weakref.ref(obj), before)
+
+    def undo():
+        with _TAPS_LOCK:
+            if watch.get(id(obj), (None,))[0] is not None and watch[id(obj)][0]() is obj:
+                del watch[id(obj)]
+            if not watch and _TAPS.get(key) is watch:
+                del _TAPS[key]
+                own = cls.__dict__[name]._ddpcheck_own
+                if own is _ABSENT:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, own)
+    return undo
+
+
 def _autocast_enabled():
     """Whether a forward now runs under torch.autocast (CPU or CUDA)."""
     return bool(torch.is_autocast_enabled() or getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
@@ -781,6 +836,7 @@ class DdpRecorder:
         self.index["init"] = self._save_state("init", self.module.state_dict())
         if local_init is not None:
             self.index["init_local"] = self._save_state("init_local", local_init)
+        self._unwraps = []  # undo the wrappers and taps at close
         if sampler is not None:
             self._wrap_sampler(sampler)
         for sch in self.schedulers:
@@ -796,7 +852,6 @@ class DdpRecorder:
         # for an EMA copy failed the same way, and a module saved whole would carry the hook into whatever loads it.
         self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
                        torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward)]
-        self._unwraps = []  # undo the attribute wrappers at close
         self._wrap_ddp_forward(ddp_model)
         for owner in (optimizer, ddp_model) if ddp_model is not self.module else (optimizer,):
             self._wrap_zero_grad(owner)  # never the user's own module (it may be pickled mid-run)
@@ -810,13 +865,10 @@ class DdpRecorder:
             return fallback
 
     def _wrap_scheduler(self, sch):
-        original = sch.step
-
-        def step(*args, **kwargs):
+        def count(*_args, **_kwargs):
             self._sched_steps += 1
             self._sched_total += 1
-            return original(*args, **kwargs)
-        sch.step = step
+        self._unwraps.append(_tap(sch, "step", count))
 
     # -- capture -------------------------------------------------------------------------------------------
     def _ddp_options(self):
@@ -870,17 +922,16 @@ class DdpRecorder:
         self._unwraps.append(lambda: vars(owner).pop("zero_grad", None))
 
     def _wrap_sampler(self, s):
-        original = s.set_epoch
         calls = self.set_epoch_calls
 
-        def set_epoch(epoch):
-            if not calls and int(epoch) != 0:  # resumed: the replay draws epochs from 0
+        def set_epoch(*args, **kwargs):
+            epoch = int(args[0] if args else kwargs.get("epoch", 0))
+            if not calls and epoch != 0:  # resumed: the replay draws epochs from 0
                 why = "the sampler's first set_epoch was %d, not 0 (a resumed run): the replay draws epochs from 0" % epoch
                 if why not in self.no_replay:
                     self.no_replay.append(why)
-            calls.append(int(epoch))
-            return original(epoch)
-        s.set_epoch = set_epoch
+            calls.append(epoch)
+        self._unwraps.append(_tap(s, "set_epoch", set_epoch))
 
     def _on_ddp_forward(self, module, inputs):
         self._counts["ddp"] += 1
