@@ -110,18 +110,19 @@ Status AssignBuckets(const std::vector<BucketTensor>& tensors, const std::vector
   return AssignBuckets(tensors, limits, {}, {}, out);
 }
 
-Status InitialBuckets(const std::vector<BucketTensor>& params, const DdpSpec& ddp, Buckets* out) {
+Status InitialBuckets(const std::vector<BucketTensor>& params, const DdpSpec& ddp, Buckets* out,
+                      const std::vector<bool>& expect_sparse) {
   const std::vector<int64_t> limits = ddp.find_unused_parameters
                                           ? std::vector<int64_t>{ddp.first_bucket_bytes, ddp.bucket_cap_bytes()}
                                           : std::vector<int64_t>{kSysMaxSize};
-  DDPCHECK_RETURN_IF_ERROR(AssignBuckets(params, limits, out).Prefixed("DDP initial buckets"));
+  DDPCHECK_RETURN_IF_ERROR(AssignBuckets(params, limits, expect_sparse, {}, out).Prefixed("DDP initial buckets"));
   std::reverse(out->buckets.begin(), out->buckets.end());
   std::reverse(out->limits.begin(), out->limits.end());
   return Status::Ok();
 }
 
 Status RebuildBuckets(const std::vector<int>& ready_order, const std::vector<BucketTensor>& params,
-                      const DdpSpec& ddp, Buckets* out) {
+                      const DdpSpec& ddp, Buckets* out, const std::vector<bool>& expect_sparse) {
   if (ready_order.size() != params.size()) {
     return Status::Invalid("DDP rebuild: the ready order has " + std::to_string(ready_order.size()) +
                            " entries for " + std::to_string(params.size()) +
@@ -136,7 +137,8 @@ Status RebuildBuckets(const std::vector<int>& ready_order, const std::vector<Buc
     }
     in_ready_order.push_back(params[static_cast<size_t>(idx)]);
   }
-  return AssignBuckets(in_ready_order, {ddp.first_bucket_bytes, ddp.bucket_cap_bytes()}, {}, ready_order, out)
+  return AssignBuckets(in_ready_order, {ddp.first_bucket_bytes, ddp.bucket_cap_bytes()}, expect_sparse, ready_order,
+                       out)
       .Prefixed("DDP rebuild");
 }
 

@@ -53,7 +53,9 @@ Status AssignBuckets(const std::vector<BucketTensor>& tensors, const std::vector
 // DDP construction (1.13 `_ddp_init_helper`). params: DDP's parameter order.
 // Limits: [kSysMaxSize] (one bucket) unless find_unused_parameters, then [first_bucket_bytes, bucket_cap_bytes()].
 // The result is reversed: reducer bucket 0 holds the last registered parameters (their grads arrive first).
-Status InitialBuckets(const std::vector<BucketTensor>& params, const DdpSpec& ddp, Buckets* out);
+// expect_sparse: empty, or one flag per parameter (DDP's expect_sparse_gradient: an Embedding(Bag) with sparse=True).
+Status InitialBuckets(const std::vector<BucketTensor>& params, const DdpSpec& ddp, Buckets* out,
+                      const std::vector<bool>& expect_sparse = {});
 
 // The one-time rebuild at the start of the 2nd forward (reducer.cpp `rebuild_buckets`).
 //   ready_order  parameter indices in the order their gradients became ready in the first synced backward;
@@ -61,7 +63,7 @@ Status InitialBuckets(const std::vector<BucketTensor>& params, const DdpSpec& dd
 // Limits [first_bucket_bytes, bucket_cap_bytes()], tensor_indices = ready_order; no sort, no reversal, so
 // reducer bucket 0 is the earliest-ready group.
 Status RebuildBuckets(const std::vector<int>& ready_order, const std::vector<BucketTensor>& params,
-                      const DdpSpec& ddp, Buckets* out);
+                      const DdpSpec& ddp, Buckets* out, const std::vector<bool>& expect_sparse = {});
 
 // Layout-only forms for the DDP engine (core/ddp.cc), whose inputs are internal invariants: a bad input is a
 // ddpcheck bug, so these CHECK-fail instead of returning a Status. params: (numel, dtype) in DDP's order.

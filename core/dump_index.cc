@@ -218,7 +218,12 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
   if (ix.contains("params")) {
     const json& ps = ix.at("params");
     for (size_t i = 0; i < ps.size(); ++i) {
-      DDPCHECK_RETURN_IF_ERROR(Fields(ps[i], JsonPath("/params", i), {{"name", Is::kString, true}}));
+      DDPCHECK_RETURN_IF_ERROR(Fields(ps[i], JsonPath("/params", i),
+                                      {{"name", Is::kString, true},
+                                       {"numel", Is::kInt},
+                                       {"dtype", Is::kString},
+                                       {"requires_grad", Is::kBool},
+                                       {"sparse", Is::kBool}}));
     }
   }
   const json& steps = ix.at("steps");

@@ -81,6 +81,7 @@ struct ProtocolParam {
   int64_t numel = 0;
   DType dtype = DType::kFloat32;
   bool requires_grad = true;
+  bool sparse = false;  // an Embedding(Bag) weight with sparse=True: DDP gives it a bucket of its own
 };
 
 struct ProtocolGroup {

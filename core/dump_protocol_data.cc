@@ -202,13 +202,15 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
   }
   std::vector<int> to_recorder;  // DDP's parameter index -> the recorder's
   std::vector<BucketTensor> tensors;
+  std::vector<bool> sparse;  // DDP's expect_sparse_gradient
   for (size_t i = 0; i < r.params.size(); ++i) {
     if (!r.params[i].requires_grad) continue;
     to_recorder.push_back(static_cast<int>(i));
     tensors.push_back({r.params[i].numel, r.params[i].dtype});
+    sparse.push_back(r.params[i].sparse);
   }
   Buckets initial;
-  if (tensors.empty() || !InitialBuckets(tensors, r.ddp, &initial).ok()) return;
+  if (tensors.empty() || !InitialBuckets(tensors, r.ddp, &initial, sparse).ok()) return;
   std::vector<std::vector<int>> want0;
   for (const auto& b : initial.buckets) {
     want0.emplace_back();
@@ -230,7 +232,7 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
           ddp_ready.push_back(it == to_recorder.end() ? -1 : static_cast<int>(it - to_recorder.begin()));
         }
         Buckets rebuilt;
-        if (!RebuildBuckets(ddp_ready, tensors, r.ddp, &rebuilt).ok()) {
+        if (!RebuildBuckets(ddp_ready, tensors, r.ddp, &rebuilt, sparse).ok()) {
           want.clear();
         } else {
           want.clear();
@@ -296,8 +298,21 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
           budget[i] += std::abs(b->local.data[i]) / r.world;
         }
       }
+      // A sparse gradient's bucket (an Embedding with sparse=True): each rank's gradient holds a row per token,
+      // summed when made dense, and gloo's sparse all-reduce sums all ranks' rows in an order of its own; a row
+      // whose many terms cancel has a rounding error far above its recorded (summed) magnitude. Its elements are
+      // checked against the bucket's scale instead (2^-12 of its largest mean magnitude, far above rounding and far
+      // below a mistake's factor or a lost rank).
+      bool sparse = false;
+      for (int i : per_rank[0]->params) {
+        sparse = sparse || (i >= 0 && static_cast<size_t>(i) < r.params.size() && r.params[static_cast<size_t>(i)].sparse);
+      }
+      const double bucket_scale = sparse ? *std::max_element(budget.begin(), budget.end()) : 0.0;
       // A compressing hook rounds each local bucket, its division by W and the sum in its own type.
-      for (auto& b : budget) b = 4.0 * (r.world + 1) * u * b + 4.0 * (r.world + 2) * hook_u * b + 1e-300;
+      for (auto& b : budget) {
+        b = 4.0 * (r.world + 1) * u * b + 4.0 * (r.world + 2) * hook_u * b + 1e-300;
+        if (sparse) b = std::max(b, 0x1p-12 * bucket_scale);
+      }
       for (size_t k = 0; k < per_rank.size(); ++k) {
         if (!per_rank[k]->reduced) continue;
         const TraceKey tk{s, Checkpoint::kReduced, fmt::format("bucket{}", key.first), r.ranks[k].rank};

@@ -171,6 +171,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       pp.numel = p.value("numel", int64_t{-1});
       ParseDType(p.value("dtype", ix.value("dtype", std::string("float32"))), &pp.dtype);
       pp.requires_grad = p.value("requires_grad", true);
+      pp.sparse = p.value("sparse", false);
       out->params.push_back(pp);
     }
     const auto& ddp = ix.at("ddp");

@@ -804,6 +804,7 @@ class DdpRecorder:
         self.batch_size = batch_size
         self.steps = []
         self.error = None
+        self.broken = None  # why the recorder stopped recording (it failed), with its step
         self.dataset = None
         self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
@@ -818,13 +819,17 @@ class DdpRecorder:
         self._ref_from = 0  # auto: the first step with a reference
         named = list(self.module.named_parameters())
         self._pindex = {id(q): i for i, (_, q) in enumerate(named)}
+        # DDP's expect_sparse_gradient: an Embedding(Bag)'s weight with sparse=True gets a bucket of its own
+        sparse = {id(q) for m in self.module.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse
+                  for q in m.parameters(recurse=False)}
         buffers = [n for n, _ in self.module.named_buffers()]
         self.index = {
             "format": FORMAT, "version": VERSION, "run": self.run_id, "rank": self.rank, "world_size": self.world,
             "torch_version": torch.__version__, "model": self.layers, "loss": self.loss,
             "dtype": str(next(self.module.parameters()).dtype).replace("torch.", ""),
             "params": [{"name": self.name(n), "torch_name": n, "shape": list(q.shape), "numel": q.numel(),
-                        "dtype": str(q.dtype).replace("torch.", ""), "requires_grad": q.requires_grad}
+                        "dtype": str(q.dtype).replace("torch.", ""), "requires_grad": q.requires_grad,
+                        **({"sparse": True} if id(q) in sparse else {})}
                        for n, q in named],
             "buffers": [{"name": self.name(n), "torch_name": n} for n in buffers],
             "ddp": self._ddp_options(), "optimizer": self.optimizer, "schedulers": self.sched,
@@ -962,6 +967,8 @@ class DdpRecorder:
         own copy, which nothing changes any more; else t is copied now, in the memory order np.save would write
         it in."""
         name = stem + ".npy"
+        if torch.is_tensor(t) and t.layout != torch.strided:
+            t, owned = t.detach().to_dense(), True  # a sparse gradient (nn.Embedding(sparse=True)): dense on disk
         a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
         if not owned:
             a = np.array(a, order="F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C")
@@ -995,11 +1002,34 @@ class DdpRecorder:
         """Call once per optimizer step, after optimizer.step() (and scaler.update()). batch_indices: the batch's
         dataset rows (needed for the replay and the sampler check; without them only the protocol is checked)."""
         s = len(self.steps)
+        if self.broken is not None:
+            return
         try:
             self._step(batch_indices, xb, yb, loss)
+        except Exception as e:  # noqa: BLE001 - a failure of the recorder itself never breaks the user's training
+            self._break(s, e)
         finally:  # the step's files are written by the writer thread while training goes on
             refs, self._ref_grads = self._ref_grads, []
             self._hand_over(s, (lambda: [self.ref.recycle(r) for r in refs]) if refs else None, "s%d.npz" % (s + 1))
+
+    def _break(self, step, e):
+        """The recorder failed on something of the run it does not handle (a bug of the recorder's): the training
+        goes on unrecorded from `step`; the steps before are kept and close() still writes them, and the index says
+        why it stopped ("recorder_error"). Its hooks come off now, so nothing more is captured."""
+        import traceback
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        self.broken = {"step": step, "type": type(e).__name__,
+                       "message": (str(e).splitlines() or [""])[0][:300],
+                       "at": "%s:%d" % (os.path.basename(where.filename), where.lineno)}
+        sys.stderr.write("ddpcheck_torch: rank %d: the recorder failed at step %d (%s: %s, at %s); training goes on, "
+                         "unrecorded from this step (please report this to ddpcheck)\n"
+                         % (self.rank, step, self.broken["type"], self.broken["message"], self.broken["at"]))
+        for h in self._hooks:
+            h.remove()
+        for undo in self._unwraps:
+            undo()
+        if self.ref is not None:
+            self.ref.inputs, self.ref.targets, self.ref.start = [], [], None
 
     def _note_comm_hook(self):
         """The user's DDP communication hook by name (None without one); one that rounds or approximates the
@@ -1244,6 +1274,8 @@ class DdpRecorder:
             else:
                 failed = None  # the run's own exception came first and is the one that propagates
         ix["steps"] = self.steps
+        if self.broken is not None:
+            ix["recorder_error"] = self.broken
         ix["ddp"]["comm_hook"] = self._note_comm_hook()
         self._scheduler_cadence()
         ix["replay"] = {"possible": not self.no_replay, "reasons": self.no_replay}
