@@ -485,7 +485,13 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
     out->scenario.sampler.seed = sm.value("seed", uint64_t{0});
     out->scenario.sampler.drop_last = sm.value("drop_last", false);
     if (ix.contains("batch_size") && ix.at("batch_size").is_number_integer()) {
-      out->scenario.batch_size = ix.at("batch_size").get<int64_t>();
+      DDPCHECK_RETURN_IF_ERROR(IndexInt(ix.at("batch_size"), "/batch_size", 1, kMaxSamples, &out->scenario.batch_size)
+                                   .Prefixed(dir + "/rank0/index.json"));
+    }
+    if (sm.contains("len") && sm.at("len").is_number_integer()) {
+      int64_t len = 0;  // read by the sampler evidence rules
+      DDPCHECK_RETURN_IF_ERROR(
+          IndexInt(sm.at("len"), "/sampler/len", 0, kMaxSamples, &len).Prefixed(dir + "/rank0/index.json"));
     }
     out->scenario.ddp.broadcast_buffers = ix.value("ddp", nlohmann::json::object()).value("broadcast_buffers", true);
     return Status::Ok();

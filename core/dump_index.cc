@@ -1,5 +1,7 @@
 #include "core/dump_index.h"
 
+#include <cmath>
+
 #include "core/json_reader.h"
 
 namespace ddpcheck::core {
@@ -8,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kNumberArray, kNumberMap, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
+enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kStringArray, kWholeNumber, kNumberArray, kNumberMap, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
 
 bool Matches(const json& v, Is is) {
   switch (is) {
@@ -35,6 +37,16 @@ bool Matches(const json& v, Is is) {
         if (!e.is_number_integer()) return false;
       }
       return true;
+    case Is::kStringArray:
+      if (!v.is_array()) return false;
+      for (const auto& e : v) {
+        if (!e.is_string()) return false;
+      }
+      return true;
+    case Is::kWholeNumber:  // 1 or 1.0 (torch takes StepLR(opt, 1.0), as the Transformer tutorial writes it)
+      return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                       v.get<double>() == std::floor(v.get<double>()) &&
+                                       std::abs(v.get<double>()) < 0x1p62);
     case Is::kNumberArray:
       if (!v.is_array()) return false;
       for (const auto& e : v) {
@@ -67,6 +79,8 @@ const char* Describe(Is is) {
     case Is::kStringMap: return "must be an object of name -> tensor file (strings: \"s3.npz/s3.x.npy\" or \"s3.x.npy\")";
     case Is::kIntArray: return "must be an array of integers";
     case Is::kNumberArray: return "must be an array of numbers";
+    case Is::kWholeNumber: return "must be a whole number";
+    case Is::kStringArray: return "must be an array of strings";
     case Is::kNumberMap: return "must be an object of name -> number";
   }
   return "";
@@ -114,6 +128,7 @@ Status CheckStep(const json& st, const std::string& p) {
                                    {"ref_rows", Is::kInt},
                                    {"microbatches", Is::kInt},
                                    {"autocast", Is::kBool},
+                                   {"eval_modules", Is::kStringArray},
                                    {"ref_note", Is::kString},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},
@@ -205,14 +220,19 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
     for (size_t i = 0; i < ss.size(); ++i) {
       DDPCHECK_RETURN_IF_ERROR(Fields(ss[i], JsonPath("/schedulers", i),
                                       {{"type", Is::kString, true},
-                                       {"step_size", Is::kInt},
+                                       {"step_size", Is::kWholeNumber},
                                        {"milestones", Is::kIntArray},
                                        {"gamma", Is::kNumber},
-                                       {"t_max", Is::kInt},
+                                       {"t_max", Is::kWholeNumber},
                                        {"eta_min", Is::kNumber},
                                        {"start_factor", Is::kNumber},
                                        {"end_factor", Is::kNumber},
-                                       {"total_iters", Is::kInt}}));
+                                       {"total_iters", Is::kWholeNumber}}));
+      for (const char* key : {"step_size", "t_max"}) {  // torch divides by them
+        if (ss[i].contains(key) && ss[i].at(key).get<double>() < 1) {
+          return JsonError(JsonPath(JsonPath("/schedulers", i), key), "must be at least 1", ss[i].at(key));
+        }
+      }
     }
   }
   if (ix.contains("params")) {

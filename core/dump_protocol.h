@@ -64,6 +64,7 @@ struct ProtocolStep {
   std::vector<int64_t> indices;
   bool autocast = false;  // the step's forwards ran under torch.autocast
   bool autocast_known = false;  // the index says (older recorders said it only with a reference)
+  std::optional<std::vector<std::string>> eval_modules;  // submodules in eval mode in its training forwards
 };
 
 struct ProtocolRank {

@@ -155,42 +155,66 @@ void CheckParamOrder(const ProtocolRecords& r, ProtocolResult* out, std::vector<
   if (checked) out->checked.push_back("every rank's parameters in DDP's order against rank 0's");
 }
 
-// Every rank's forwards of a step under torch.autocast, or none: a rank that autocasts while the others do not
-// (an `if rank == 0` around the autocast context, a flag read from a per-rank config) computes its gradient in
-// another precision than the rest, so the average is of gradients no single process computes. Named at the first
-// step where a rank differs from what most ranks did.
-void CheckAutocast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+// How each rank ran a step's training forwards, the same on every rank: under torch.autocast or not, and which
+// submodules were in eval mode. A rank that autocasts while the others do not (an `if rank == 0` around the
+// autocast context, a per-rank config), or runs a BatchNorm or Dropout in eval mode while the others train it
+// (model.train() forgotten after that rank's validation), computes a gradient no other rank's matches, so DDP
+// averages gradients no single process computes. Named at the first step where a rank differs from most ranks.
+void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (r.ranks.size() < 2) return;
   size_t steps = 0;
   for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
-  bool any = false;
+  bool autocast_checked = false, modes_checked = false;
+  const auto list = [](const std::vector<std::string>& v) {
+    return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ", "));
+  };
   for (size_t s = 0; s < steps; ++s) {
-    std::vector<const ProtocolRank*> at;  // the ranks that recorded step s
-    for (const auto& rank : r.ranks) {
-      if (s < rank.steps.size() && rank.steps[s].autocast_known) at.push_back(&rank);
-    }
-    if (at.size() < 2) continue;
-    any = true;
-    const auto on = [&](size_t i) { return at[i]->steps[s].autocast; };
-    const size_t base = MajorityBase(at.size(), [&](size_t i, size_t j) { return on(i) == on(j); });
-    for (size_t i = 0; i < at.size(); ++i) {
-      if (on(i) == on(base)) continue;
-      const ProtocolRank& odd = *at[i];
-      Mismatch m;
-      m.key = {odd.steps[s].step, Checkpoint::kLoss, "autocast", odd.rank};
-      m.kind = "rank-divergent";
-      m.against = fmt::format("rank {}", at[base]->rank);
-      m.message = fmt::format("rank {} ran its step-{} forward {} torch.autocast and rank {} {}", odd.rank,
-                              odd.steps[s].step, on(i) ? "under" : "without", at[base]->rank,
-                              on(i) ? "without it" : "under it");
-      f->push_back({m, fmt::format("different-forward-path@{}", odd.rank),
-                    m.message + fmt::format(": rank {} computes its gradient in another precision than the other "
-                                            "ranks, so DDP averages gradients no single process computes (the "
-                                            "autocast context is entered on some ranks only)", odd.rank), 0});
-      return;
+    for (const bool autocast : {true, false}) {
+      std::vector<const ProtocolRank*> at;  // the ranks that recorded step s and say this
+      for (const auto& rank : r.ranks) {
+        if (s >= rank.steps.size()) continue;
+        const ProtocolStep& st = rank.steps[s];
+        if (autocast ? st.autocast_known : st.eval_modules.has_value()) at.push_back(&rank);
+      }
+      if (at.size() < 2) continue;
+      (autocast ? autocast_checked : modes_checked) = true;
+      const auto same = [&](size_t i, size_t j) {
+        const ProtocolStep &a = at[i]->steps[s], &b = at[j]->steps[s];
+        return autocast ? a.autocast == b.autocast : *a.eval_modules == *b.eval_modules;
+      };
+      const size_t base = MajorityBase(at.size(), same);
+      for (size_t i = 0; i < at.size(); ++i) {
+        if (same(i, base)) continue;
+        const ProtocolRank& odd = *at[i];
+        const ProtocolStep &st = odd.steps[s], &bs = at[base]->steps[s];
+        Mismatch m;
+        m.key = {st.step, Checkpoint::kLoss, autocast ? "autocast" : "eval_modules", odd.rank};
+        m.kind = "rank-divergent";
+        m.against = fmt::format("rank {}", at[base]->rank);
+        std::string why;
+        if (autocast) {
+          m.message = fmt::format("rank {} ran its step-{} forward {} torch.autocast and rank {} {}", odd.rank,
+                                  st.step, st.autocast ? "under" : "without", at[base]->rank,
+                                  st.autocast ? "without it" : "under it");
+          why = fmt::format(": rank {} computes its gradient in another precision than the other ranks, so DDP "
+                            "averages gradients no single process computes (the autocast context is entered on "
+                            "some ranks only)", odd.rank);
+        } else {
+          m.message = fmt::format("rank {} ran its step-{} training forward with submodules in eval mode: {}; rank "
+                                  "{}: {}", odd.rank, st.step, list(*st.eval_modules), at[base]->rank,
+                                  list(*bs.eval_modules));
+          why = fmt::format(": rank {}'s BatchNorm or Dropout layers run in another mode than the other ranks' "
+                            "(model.train() or model.eval() called on some ranks only, e.g. after a validation "
+                            "that only one rank runs), so DDP averages gradients no single process computes",
+                            odd.rank);
+        }
+        f->push_back({m, fmt::format("different-forward-path@{}", odd.rank), m.message + why, 0});
+        return;
+      }
     }
   }
-  if (any) out->checked.push_back("the same autocast (on or off) on every rank at every step");
+  if (autocast_checked) out->checked.push_back("the same autocast (on or off) on every rank at every step");
+  if (modes_checked) out->checked.push_back("the same train/eval mode of every submodule on every rank at every step");
 }
 
 // Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.
@@ -344,7 +368,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckShards(r, out, f);
   CheckBypass(r, f);
   CheckParamOrder(r, out, f);
-  CheckAutocast(r, out, f);
+  CheckForwardModes(r, out, f);
   CheckBuckets(r, out, f);
   CheckMean(r, out, f);
   CheckReference(r, out, f);

@@ -68,6 +68,7 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->microbatches = st.value("microbatches", int64_t{0});
   s->autocast = st.value("autocast", false);
   s->autocast_known = st.contains("autocast");
+  if (st.contains("eval_modules")) s->eval_modules = st.at("eval_modules").get<std::vector<std::string>>();
   if (st.contains("loss") && st.at("loss").is_number()) s->loss = st.at("loss").get<double>();
   if (st.contains("ref_loss") && st.at("ref_loss").is_number()) s->ref_loss = st.at("ref_loss").get<double>();
   s->ref_note = Str(st, "ref_note");

@@ -163,6 +163,9 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
       {"/steps/0/grads", json::array({1})},
       {"/steps/0/indices", 7},
       {"/steps/0/ddp_forwards", "one"},
+      {"/batch_size", -1},
+      {"/schedulers", json::array({json::object({{"type", "step"}, {"step_size", 0}})})},
+      {"/schedulers", json::array({json::object({{"type", "step"}, {"step_size", 1.5}})})},
       {"/steps/0/autocast", "yes"},  // the fields the protocol check reads: were an uncaught json type error
       {"/steps/0/lrs", json::array({"0.1"})},
       {"/steps/0/epoch", 1.5},
@@ -192,6 +195,17 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
     if (c.pointer == "/dataset/rows_seen") ix["dataset"]["complete"] = false;
     testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
     ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"index.json", c.pointer.substr(0, 6)});
+  }
+  // The same values in a dump the recorder marked protocol-only (not replayed): read by the evidence rules
+  // (batch_size 0 was an internal invariant failure, exit 3; a negative sampler length passed).
+  for (const DumpCase& c : std::vector<DumpCase>{{"/batch_size", 0}, {"/batch_size", -1}, {"/sampler/len", -4}}) {
+    SCOPED_TRACE("protocol-only: " + c.pointer + " = " + c.value.dump());
+    std::filesystem::remove_all(dir.File("d"));
+    json ix = WriteDump(dir.File("d"));
+    ix["replay"] = {{"possible", false}, {"reasons", json::array({"a module ddpcheck cannot replay"})}};
+    ix[json::json_pointer(c.pointer)] = c.value;
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"index.json", c.pointer});
   }
 }
 

@@ -150,6 +150,25 @@ TEST(CheckProtocol, AutocastOnSomeRanksOnlyNamesTheRankThatDiffers) {
   }
 }
 
+// Submodules in eval mode on one rank only (model.train() forgotten after that rank's validation): named at the
+// first step they differ; the same modes on every rank (a frozen BatchNorm everywhere) pass; a rank that does not
+// say is not compared.
+TEST(CheckProtocol, EvalModeOnSomeRanksOnlyNamesTheRankThatDiffers) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  for (auto& rank : r.ranks) rank.steps[0].eval_modules = std::vector<std::string>{"bn"};
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  r.ranks[2].steps[0].eval_modules.reset();
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  r.ranks[2].steps[0].eval_modules = std::vector<std::string>{"(the model)", "bn", "drop"};
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "different-forward-path@2");
+  EXPECT_EQ(res.result.first->key.rank, 2);
+  EXPECT_NE(res.result.first->message.find("(the model), bn, drop; rank 0: bn"), std::string::npos)
+      << res.result.first->message;
+}
+
 // A rank whose lr differs is counted as a comparison of the lr, so the table never shows more failures than
 // tensors compared.
 TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {

@@ -14,6 +14,8 @@
     scheduler.step() and sampler.set_epoch() is no attribute of theirs) and their classes are as they were after close;
   * the user's module can be saved whole (torch.save(model.module)) and deep-copied (an EMA copy) mid-recording:
     the recorder leaves no hook on it (nor on a loss module inside it) that would drag the recorder along;
+  * the reference runs each submodule in the train/eval mode it had in the step's forward (not the mode the model
+    had when the recorder copied it), and each step says which submodules were in eval mode;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
     have no gradient) and calls the module with the keyword arguments the loop gave DDP's forward; with a loss
     function (not a module) and micro-batches cut from the step's batch, rec.step()'s yb is split by their rows;
@@ -349,6 +351,30 @@ class BucketTaps(unittest.TestCase):
         self.assertNotIn("step", vars(type(sched)))  # StepLR inherits step: the class is as it was
         self.assertNotIn("set_epoch", [k for k in vars(type(sampler)) if getattr(vars(type(sampler))[k], "_ddpcheck_own", None)])
         self.assertFalse(ddpcheck_torch._TAPS)
+
+    def test_the_reference_runs_each_submodule_in_the_mode_it_trained_in(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 3))
+        model.eval()  # an evaluation before training; the loop calls model.train() after the recorder exists
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        ddp.train()
+        for s in range(2):
+            opt.zero_grad()
+            x, y = torch.randn(4, 8), torch.randn(4, 3)
+            with torch.no_grad():
+                ddp.module(x)  # a validation through ddp.module: not the step's forward, nor its buffers
+            loss = nn.MSELoss()(ddp(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+        rec.close()
+        for st in _index(out)["steps"]:
+            self.assertNotIn("ref_note", st)
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+            self.assertEqual(st["eval_modules"], [])
 
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)

@@ -201,7 +201,13 @@ def _scheduler(s):
     out = {"type": kind}
     for attr, key in keys.items():
         v = getattr(s, attr)
-        out[key] = sorted(v.elements()) if attr == "milestones" else v
+        v = sorted(v.elements()) if attr == "milestones" else v
+        if key in ("step_size", "t_max", "total_iters", "milestones"):  # counts of steps: torch takes 1.0 for 1
+            whole = [x for x in (v if isinstance(v, list) else [v]) if float(x) == int(x)]
+            if len(whole) != (len(v) if isinstance(v, list) else 1):
+                raise UnsupportedModel("%s %s=%r is not a whole number of steps" % (name, attr, v))
+            v = [int(x) for x in v] if isinstance(v, list) else int(v)
+        out[key] = v
     return out
 
 
@@ -694,59 +700,8 @@ AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's 
              "single-process reference")
 
 
-_TAPS = {}  # (class, method name) -> {id(obj): (weakref to obj, callback)} of the objects a recorder watches
-_TAPS_LOCK = threading.Lock()
-_ABSENT = object()
-
-
-def _tap(obj, name, before):
-    """Calls before(*args, **kwargs) ahead of every obj.<name>(...) until the returned undo() is called.
-
-    The method is patched on obj's class (once per class, counted), never stored on obj: a scheduler's state_dict()
-    is its __dict__, and a wrapper kept there made torch.save({'scheduler': sched.state_dict()}) fail ("Can't
-    pickle local object"), as it made torch.save(sampler) fail; a class attribute is not pickled with the object.
-    Objects of the class the recorder does not watch call the method unchanged. An object with its own attribute of
-    that name (the user wrapped it) is wrapped on the object as before."""
-    import weakref
-    if name in vars(obj):
-        original = getattr(obj, name)
-
-        def wrapper(*args, **kwargs):
-            before(*args, **kwargs)
-            return original(*args, **kwargs)
-        setattr(obj, name, wrapper)
-        return lambda: vars(obj).pop(name, None) if vars(obj).get(name) is wrapper else None
-    cls = type(obj)
-    with _TAPS_LOCK:
-        key = (cls, name)
-        watch = _TAPS.get(key)
-        if watch is None:
-            watch = _TAPS[key] = {}
-            own = cls.__dict__.get(name, _ABSENT)
-            inherited = getattr(cls, name)
-
-            def tapped(self, *args, **kwargs):
-                seen = watch.get(id(self))
-                if seen is not None and seen[0]() is self:
-                    seen[1](*args, **kwargs)
-                return inherited(self, *args, **kwargs)
-            tapped.__name__, tapped.__doc__, tapped.__wrapped__ = name, getattr(inherited, "__doc__", None), inherited
-            tapped._ddpcheck_own = own
-            setattr(cls, name, tapped)
-        watch[id(obj)] = (weakref.ref(obj), before)
-
-    def undo():
-        with _TAPS_LOCK:
-            if watch.get(id(obj), (None,))[0] is not None and watch[id(obj)][0]() is obj:
-                del watch[id(obj)]
-            if not watch and _TAPS.get(key) is watch:
-                del _TAPS[key]
-                own = cls.__dict__[name]._ddpcheck_own
-                if own is _ABSENT:
-                    delattr(cls, name)
-                else:
-                    setattr(cls, name, own)
-    return undo
+_TAPS = _protocol._TAPS  # the objects whose methods the recorder taps (tests look at it)
+_tap = _protocol.tap
 
 
 def _autocast_enabled():
@@ -810,7 +765,7 @@ class DdpRecorder:
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
         self._fwd_buffers = None
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
@@ -850,16 +805,18 @@ class DdpRecorder:
         self.buckets = _protocol.BucketTap(ddp_model, self._pindex, self.world) if ddp_model is not self.module \
             else None
         self.step_tap = _protocol.StepTap(optimizer, lambda: self._sched_total, self.buckets)
-        # The user's module and loss are watched by one global forward pre-hook that picks them out by identity,
-        # not by hooks of their own: a hook stored on a module goes with it wherever the user copies it, and a
-        # bound method of the recorder drags the recorder (its threads, locks and files) along:
-        # torch.save(model.module) failed ("cannot pickle '_thread.RLock' object"), copy.deepcopy(model.module)
-        # for an EMA copy failed the same way, and a module saved whole would carry the hook into whatever loads it.
-        self._hooks = [ddp_model.register_forward_pre_hook(self._on_ddp_forward),
-                       torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward)]
+        # The DDP object, the user's module and loss are watched by one global forward pre-hook that picks them out
+        # by identity, and DDP's forward and zero_grad through taps on their classes (_protocol.tap), never by
+        # anything stored on the objects: a hook stored on a module goes with it wherever the user copies it, and a
+        # bound method of the recorder drags the recorder (its threads, locks and files) along: torch.save(model.module),
+        # torch.save(ddp) and copy.deepcopy(model.module) for an EMA copy failed ("cannot pickle '_thread.RLock'").
+        self._in_ddp = 0  # DDP forwards under way (the module's forward inside one runs after DDP's buffer broadcast)
+        self._hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward)]
+        if self.buckets is not None:
+            self._unwraps.append(self.buckets.untap)
         self._wrap_ddp_forward(ddp_model)
         for owner in (optimizer, ddp_model) if ddp_model is not self.module else (optimizer,):
-            self._wrap_zero_grad(owner)  # never the user's own module (it may be pickled mid-run)
+            self._wrap_zero_grad(owner)  # never the user's own module
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
 
     def _describe(self, fn, fallback):
@@ -870,9 +827,10 @@ class DdpRecorder:
             return fallback
 
     def _wrap_scheduler(self, sch):
-        def count(*_args, **_kwargs):
+        def count(step, *args, **kwargs):
             self._sched_steps += 1
             self._sched_total += 1
+            return step(*args, **kwargs)
         self._unwraps.append(_tap(sch, "step", count))
 
     # -- capture -------------------------------------------------------------------------------------------
@@ -886,21 +844,25 @@ class DdpRecorder:
                 "gradient_as_bucket_view": bool(getattr(d, "gradient_as_bucket_view", False))}
 
     def _wrap_ddp_forward(self, ddp_model):
-        """torch 1.13's forward pre-hooks see positional arguments only: DDP's forward is wrapped (an attribute of
-        the DDP object, removed at close) to hand its keyword arguments (`ddp(x, with_aux=True)`) to the reference,
-        which calls the module with them. The user's module itself is left untouched (it may be pickled)."""
-        if self.ref is None or ddp_model is self.module or "forward" in vars(ddp_model):
+        """DDP's forward, tapped (undone at close): it says when the module's forward runs inside DDP's (after its
+        buffer broadcast: the buffers a forward starts from are taken there, not at an evaluation through
+        ddp.module), and, torch 1.13's forward pre-hooks seeing positional arguments only, hands its keyword
+        arguments (`ddp(x, with_aux=True)`) to the reference, which calls the module with them."""
+        if ddp_model is self.module:
             return
-        original, ref = ddp_model.forward, self.ref
+        ref = self.ref
 
-        def forward(*args, **kwargs):
-            ref.kwargs = kwargs
+        def forward(original, *args, **kwargs):
+            self._in_ddp += 1
+            if ref is not None:
+                ref.kwargs = kwargs
             try:
                 return original(*args, **kwargs)
             finally:
-                ref.kwargs = None
-        ddp_model.forward = forward
-        self._unwraps.append(lambda: vars(ddp_model).pop("forward", None))
+                self._in_ddp -= 1
+                if ref is not None:
+                    ref.kwargs = None
+        self._unwraps.append(_tap(ddp_model, "forward", forward))
 
     def _wrap_zero_grad(self, owner):
         """zero_grad of the optimizer and of the DDP object: gradients a backward through DDP made (buckets were
@@ -909,13 +871,12 @@ class DdpRecorder:
         the discriminator's next step zeroes those gradients before its own. A forward whose backward is still to
         come (the generator's output the discriminator's step made) stays; a zero_grad after optimizer.step()
         (before rec.step) drops nothing."""
-        original = getattr(owner, "zero_grad", None)
-        if original is None or "zero_grad" in vars(owner):
+        if getattr(owner, "zero_grad", None) is None:
             return
 
-        def zero_grad(*args, **kwargs):
+        def zero_grad(original, *args, **kwargs):
             if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
-                self._counts = {"ddp": 0, "module": 0, "autocast": 0}
+                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
                 self._fwd_buffers = None
                 if self.ref is not None:
                     r = self.ref
@@ -923,19 +884,19 @@ class DdpRecorder:
                 if self.buckets is not None:
                     self.buckets.buckets = []
             return original(*args, **kwargs)
-        owner.zero_grad = zero_grad
-        self._unwraps.append(lambda: vars(owner).pop("zero_grad", None))
+        self._unwraps.append(_tap(owner, "zero_grad", zero_grad))
 
     def _wrap_sampler(self, s):
         calls = self.set_epoch_calls
 
-        def set_epoch(*args, **kwargs):
+        def set_epoch(original, *args, **kwargs):
             epoch = int(args[0] if args else kwargs.get("epoch", 0))
             if not calls and epoch != 0:  # resumed: the replay draws epochs from 0
                 why = "the sampler's first set_epoch was %d, not 0 (a resumed run): the replay draws epochs from 0" % epoch
                 if why not in self.no_replay:
                     self.no_replay.append(why)
             calls.append(epoch)
+            return original(*args, **kwargs)
         self._unwraps.append(_tap(s, "set_epoch", set_epoch))
 
     def _on_ddp_forward(self, module, inputs):
@@ -944,7 +905,9 @@ class DdpRecorder:
             self.buckets.arm()
 
     def _on_any_forward(self, module, inputs):
-        """The global forward pre-hook (every module's forward calls it): the user's module and loss module."""
+        """The global forward pre-hook (every module's forward calls it): DDP, the user's module and loss module."""
+        if module is self.ddp:
+            self._on_ddp_forward(module, inputs)
         if module is self.module:
             self._on_module_forward(module, inputs)
         elif self.ref is not None and module is self.ref.user_loss:
@@ -955,7 +918,9 @@ class DdpRecorder:
         self._counts["module"] += 1
         if torch.is_grad_enabled() and _autocast_enabled():
             self._counts["autocast"] += 1  # a forward with a gradient to come, under torch.autocast
-        if self._fwd_buffers is None:
+        if torch.is_grad_enabled() and self._counts["eval"] is None:  # the submodules in eval mode as it trains
+            self._counts["eval"] = [n or "(the model)" for n, m in module.named_modules() if not m.training]
+        if self._fwd_buffers is None and (self._in_ddp > 0 or self.ddp is self.module):
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
         if self.ref is not None:
             self.ref.on_forward(module, inputs)
@@ -1077,6 +1042,8 @@ class DdpRecorder:
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"],
                # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
                "autocast": self._counts["autocast"] > 0}
+        if self._counts["eval"] is not None:
+            rec["eval_modules"] = self._counts["eval"]  # the ranks must agree (BatchNorm in eval on one rank)
         self._sched_steps = 0
         prev = self.steps[-1] if self.steps else None
         if prev is not None and rec["lrs"] != prev.get("lrs") and rec["scheduler_steps"] == 0:
@@ -1152,7 +1119,7 @@ class DdpRecorder:
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
         self._fwd_buffers = None
 
     def _capture(self):

@@ -11,7 +11,9 @@ Works for any nn.Module: nothing here needs to understand the model.
 """
 import copy
 import math
+import threading
 import types
+import weakref
 
 import numpy as np
 import torch
@@ -50,6 +52,61 @@ def same_bits(a, b):
     return ints is not None and torch.equal(a.detach().view(ints), b.detach().view(ints))
 
 
+_TAPS = {}  # (class, method name) -> {id(obj): (weakref to obj, around)} of the objects a recorder taps
+_TAPS_LOCK = threading.Lock()
+_ABSENT = object()
+
+
+def tap(obj, name, around):
+    """obj.<name>(*args, **kwargs) becomes around(original, *args, **kwargs) (original: the bound method) until the
+    returned undo() is called.
+
+    The method is patched on obj's class (once per class, counted), never stored on obj: what lives in an object's
+    __dict__ goes wherever the object goes. A scheduler's state_dict() is its __dict__ (a wrapper there made
+    torch.save({'scheduler': sched.state_dict()}) fail, "Can't pickle local object"), and torch.save(sampler),
+    torch.save(ddp) and copy.deepcopy pickle or copy it. Objects of the class that are not tapped call the method
+    unchanged. An object with its own attribute of that name (the user wrapped it) is wrapped on the object."""
+    if name in vars(obj):
+        original = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            return around(original, *args, **kwargs)
+        setattr(obj, name, wrapper)
+        return lambda: vars(obj).pop(name, None) if vars(obj).get(name) is wrapper else None
+    cls = type(obj)
+    key = (cls, name)
+    with _TAPS_LOCK:
+        watch = _TAPS.get(key)
+        if watch is None:
+            watch = _TAPS[key] = {}
+            own = cls.__dict__.get(name, _ABSENT)
+            inherited = getattr(cls, name)
+
+            def tapped(self, *args, **kwargs):
+                seen = watch.get(id(self))
+                if seen is not None and seen[0]() is self:
+                    return seen[1](inherited.__get__(self, type(self)), *args, **kwargs)
+                return inherited(self, *args, **kwargs)
+            tapped.__name__, tapped.__doc__, tapped.__wrapped__ = name, getattr(inherited, "__doc__", None), inherited
+            tapped._ddpcheck_own = own
+            setattr(cls, name, tapped)
+        watch[id(obj)] = (weakref.ref(obj), around)
+
+    def undo():
+        with _TAPS_LOCK:
+            seen = watch.get(id(obj))
+            if seen is not None and seen[0]() is obj:
+                del watch[id(obj)]
+            if not watch and _TAPS.get(key) is watch:
+                del _TAPS[key]
+                own = cls.__dict__[name]._ddpcheck_own
+                if own is _ABSENT:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, own)
+    return undo
+
+
 class BucketTap:
     """Registers itself as DDP's comm hook at the first forward through DDP, wrapping a hook the user
     registers later with ddp.register_comm_hook (a hook registered before the recorder cannot be seen).
@@ -70,8 +127,9 @@ class BucketTap:
         self.buckets = []  # this step's entries: index, params (indices), tensors, local copy, reduced
         self._lazy = not bool(getattr(ddp, "gradient_as_bucket_view", False))
         self._original = getattr(ddp, "register_comm_hook", None)
+        self.untap = lambda: None  # undoes the tap of ddp.register_comm_hook (the recorder's close)
         if self._original is not None:
-            ddp.register_comm_hook = self._user_register
+            self.untap = tap(ddp, "register_comm_hook", lambda _orig, state, hook: self._user_register(state, hook))
 
     def hook_name(self):
         """The name of the user's DDP communication hook (default_hooks.fp16_compress_hook: "fp16_compress_hook"),
@@ -289,7 +347,10 @@ class Reference:
             self.start = {k: v.detach().clone() for k, v in module.state_dict().items()}
             self.trainable = set()
         self.trainable |= trainable
-        self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {})])
+        # each submodule's train/eval mode as it ran (a model left in eval mode when the recorder was built, a
+        # frozen BatchNorm): the copy runs in the same modes, not in those it had when it was copied
+        modes = [m.training for m in module.modules()]
+        self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {}), modes])
         self.autocast = self.autocast or torch.is_autocast_cpu_enabled()
 
     def on_loss(self, _module, args):
@@ -306,14 +367,14 @@ class Reference:
         inputs, targets, start = self.inputs, self.targets, self.start
         self.inputs, self.targets, self.start = [], [], None
         facts = {"microbatches": len(inputs), "autocast": self.autocast,
-                 "rows": sum(int(a[0].shape[0]) for a, _, _ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
+                 "rows": sum(int(a[0].shape[0]) for a, *_ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
         self.autocast = False
         if self.note:
             return None, self.note
         if not inputs:
             return None, "no forward of the module was seen in this step (a module.<method>() call?)"
         if len(targets) != len(inputs):
-            rows = [int(a[0].shape[0]) if a and torch.is_tensor(a[0]) and a[0].dim() else -1 for a, _, _ in inputs]
+            rows = [int(a[0].shape[0]) if a and torch.is_tensor(a[0]) and a[0].dim() else -1 for a, *_ in inputs]
             if len(inputs) == 1 and yb is not None:
                 targets = [yb]
             elif not targets and torch.is_tensor(yb) and yb.dim() and min(rows) >= 0 and sum(rows) == yb.shape[0]:
@@ -354,9 +415,13 @@ class Reference:
 
     def _accumulate(self, inputs, targets, start, params, total):
         self.losses = []  # each forward's float64 loss
-        for (args, rng, kwargs), y in zip(inputs, targets):
+        for (args, rng, kwargs, modes), y in zip(inputs, targets):
             with torch.no_grad():
                 self.model.load_state_dict(start)
+            copies = list(self.model.modules())
+            if len(copies) == len(modes):
+                for m, training in zip(copies, modes):
+                    m.training = training
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())

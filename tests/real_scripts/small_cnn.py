@@ -3,9 +3,10 @@
 CrossEntropyLoss(label_smoothing=0.1), SGD with Nesterov momentum and weight decay, gradient accumulation over
 2 micro-batches with no_sync.
 
-    --mistakes none,no-buffer-broadcast,accum-no-divide
+    --mistakes none,no-buffer-broadcast,accum-no-divide,eval-rank1
   no-buffer-broadcast   DDP(broadcast_buffers=False): BatchNorm running stats drift apart per rank
   accum-no-divide       the micro-batch losses are not divided by the accumulation window
+  eval-rank1            rank 1 validates after the first step (model.eval()) and never calls model.train() again
 """
 import argparse
 import contextlib
@@ -52,6 +53,8 @@ def fit(rank, world, mistake, out):
                 opt.step()
                 opt.zero_grad()
                 rec.step(loss=loss)
+                if mistake == "eval-rank1" and dist.get_rank() == 1 and i == ACCUM - 1:
+                    model.eval()  # a validation on rank 1 only, model.train() forgotten after it
 
 
 def worker(rank, args):
