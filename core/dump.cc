@@ -419,6 +419,23 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   out->dir = dir;
   if (!fs::is_directory(dir)) return Status::NotFound(dir + ": not found (expected a folder written by DdpRecorder)");
   TorchDumpRank r0;
+  if (!fs::exists(dir + "/rank0/index.json")) {
+    // A recording that never closed (the run raised outside `with DdpRecorder(...)`, was killed, or never called
+    // rec.close()) leaves its step archives but no index, which close() writes.
+    int64_t archives = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir + "/rank0", ec)) {
+      const std::string name = e.path().filename().string();
+      archives += name.size() > 5 && name[0] == 's' && name.ends_with(".npz") ? 1 : 0;
+    }
+    if (!ec && archives > 0) {
+      return Status::NotFound(fmt::format(
+          "{}/rank0/index.json: not found, but {} step archive(s) are: the recording never closed (the run raised "
+          "outside `with DdpRecorder(...)`, was killed, or did not call rec.close()); record with `with "
+          "DdpRecorder(...) as rec:` so an exception closes it, or rerun to the end",
+          dir, archives));
+    }
+  }
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(dir + "/rank0/index.json", &r0.index));
   int64_t world = 0;
   DDPCHECK_RETURN_IF_ERROR(IndexInt(r0.index.value("world_size", nlohmann::json()), "/world_size", 1, kMaxWorld, &world)

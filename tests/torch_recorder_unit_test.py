@@ -376,6 +376,27 @@ class BucketTaps(unittest.TestCase):
             self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
             self.assertEqual(st["eval_modules"], [])
 
+    def test_a_second_recording_in_the_same_folder_leaves_nothing_of_the_first(self):
+        out = tempfile.mkdtemp()
+        for closed in (True, False):
+            torch.manual_seed(0)
+            ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 2)))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+            for s in range(3 if closed else 1):
+                opt.zero_grad()
+                x = torch.randn(4, 4)
+                nn.MSELoss()(ddp(x), torch.randn(4, 2)).backward()
+                opt.step()
+                rec.step(torch.arange(4), x)
+            if closed:
+                rec.close()
+            else:  # the second run dies before close(): no index of the first is left to mix with its archives
+                names = sorted(os.listdir(os.path.join(out, "rank0")))
+                rec.close()  # (for the tests after this one)
+        self.assertNotIn("index.json", names)
+        self.assertNotIn("s2.npz", names)  # the first run's third step
+
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))

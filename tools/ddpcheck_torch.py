@@ -737,6 +737,14 @@ class DdpRecorder:
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
         os.makedirs(self.dir, exist_ok=True)
+        # An earlier recording in the same folder: its files go now, so a run that then dies before close() leaves
+        # no index of the earlier one to be read with this one's archives. Only the recorder's own file names.
+        for name in os.listdir(self.dir):
+            if name == "index.json" or name == "run.json" or name.endswith((".npz", ".npy", ".tmp")):
+                try:
+                    os.remove(os.path.join(self.dir, name))
+                except OSError:
+                    pass  # not ours to insist on: the run id still keeps the recordings apart
         self.run_id = os.urandom(16).hex()  # this recording's: rank r > 0 names rank 0's entries of this run only
         if self.rank == 0:
             with open(os.path.join(self.dir, "run.json.tmp"), "w") as f:

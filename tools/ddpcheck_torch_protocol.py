@@ -57,6 +57,16 @@ _TAPS_LOCK = threading.Lock()
 _ABSENT = object()
 
 
+def untapped(obj, name):
+    """obj.<name> as the class defines it, without a tap (another recorder's may be on the class); None if absent."""
+    if name in vars(obj):
+        return getattr(obj, name)
+    m = getattr(type(obj), name, None)
+    while m is not None and hasattr(m, "_ddpcheck_own"):
+        m = m.__wrapped__
+    return m.__get__(obj, type(obj)) if m is not None else None
+
+
 def tap(obj, name, around):
     """obj.<name>(*args, **kwargs) becomes around(original, *args, **kwargs) (original: the bound method) until the
     returned undo() is called.
@@ -126,7 +136,7 @@ class BucketTap:
         self.note = None
         self.buckets = []  # this step's entries: index, params (indices), tensors, local copy, reduced
         self._lazy = not bool(getattr(ddp, "gradient_as_bucket_view", False))
-        self._original = getattr(ddp, "register_comm_hook", None)
+        self._original = untapped(ddp, "register_comm_hook")
         self.untap = lambda: None  # undoes the tap of ddp.register_comm_hook (the recorder's close)
         if self._original is not None:
             self.untap = tap(ddp, "register_comm_hook", lambda _orig, state, hook: self._user_register(state, hook))
