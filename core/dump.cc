@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -100,6 +102,11 @@ Status CheckFormat3(const TorchDumpRank& r, const nlohmann::json& rank0) {
   const nlohmann::json& ix = r.index;
   for (const char* group : {"init", "init_local"}) {
     if (ix.contains(group)) DDPCHECK_RETURN_IF_ERROR(names(ix.at(group), std::string("/") + group));
+  }
+  if (ix.contains("init_optimizer_state") && ix.at("init_optimizer_state").is_object()) {
+    for (const auto& [state, files] : ix.at("init_optimizer_state").items()) {
+      DDPCHECK_RETURN_IF_ERROR(names(files, JsonPath("/init_optimizer_state", state)));
+    }
   }
   if (ix.contains("dataset")) {
     DDPCHECK_RETURN_IF_ERROR(one(ix.at("dataset"), "x", "/dataset"));
@@ -329,6 +336,31 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   const int64_t per_epoch = std::max<int64_t>(1, BatchesPerEpoch(shard, s->batch_size, s->sampler.drop_last_batch));
   s->epochs = std::max<int64_t>(1, (d.steps + per_epoch - 1) / per_epoch);
   s->steps = d.steps;
+  // A loop that starts mid-epoch (resumed from a checkpoint at batch j: the batches before it skipped): rank 0's
+  // first recorded batch is batch j > 0 of its DistributedSampler shard, where the replay draws batch 0. Not a
+  // mistake of the run: it is checked by protocol (a first batch that is no batch of the shard is left to the
+  // checks: a sampler mistake).
+  const nlohmann::json steps0 = d.ranks[0].index.value("steps", nlohmann::json::array());
+  const Tensor* first = d.trace.Find({0, Checkpoint::kSampler, "indices", 0});
+  if (first != nullptr && !first->data.empty() && !steps0.empty() && steps0[0].contains("epoch") &&
+      steps0[0].at("epoch").is_number_integer()) {
+    SamplerConfig c = cfg;
+    c.shuffle = s->sampler.shuffle;
+    c.seed = s->sampler.seed;
+    c.epoch = steps0[0].at("epoch").get<int64_t>();
+    std::vector<int64_t> shard_rows;
+    if (ShardIndices(c, 0, &shard_rows).ok()) {
+      const auto batches = Batches(shard_rows, s->batch_size, s->sampler.drop_last_batch);
+      const std::vector<int64_t> got(first->data.begin(), first->data.end());
+      for (size_t j = 1; j < batches.size() && (batches.empty() || got != batches[0]); ++j) {
+        if (got != batches[j]) continue;
+        *unsupported += fmt::format("{}the loop started at batch {} of epoch {} (resumed mid-epoch, the batches "
+                                    "before it skipped); the replay starts an epoch at its first batch",
+                                    unsupported->empty() ? "" : "; ", j, c.epoch);
+        return Status::Ok();
+      }
+    }
+  }
   // MSELoss between outputs (N, out) and targets of another shape: torch broadcast them (targets (N,) against
   // outputs (N, 1) make an (N, N) loss; torch only warns "Using a target size ... different to the input size"),
   // which the replay's loss does not model. torch ran it, so the dump is not bad: the protocol check judges the
@@ -348,12 +380,80 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   return ValidateScenario(*s);
 }
 
-Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohmann::json& rank0, Trace* trace) {
+// Uneven inputs under torch.distributed.algorithms.Join: a rank that runs out of batches joins (DDP shadows its
+// all-reduces with zeros) while the others step on, so the ranks' k-th recorded steps are different steps once a
+// rank has joined. The recorder numbers each `with Join(...)` round (join_round); within a round the ranks step
+// in lockstep until the first joins. Each rank keeps, per round (and per stretch between rounds), the steps every
+// rank ran (the fewest any rank recorded there); the others (the reduction over fewer ranks) are dropped, the
+// steps renumbered, and the first step after a dropped one marked after_gap (its previous state is not the step
+// before it). Returns how many steps were dropped over all ranks.
+int64_t AlignJoinRounds(std::vector<nlohmann::json>* indexes) {
+  // segment of a step: 2 * round + 1 inside round `round`, 2 * (last round seen) + 2 between rounds
+  const auto segments = [](const nlohmann::json& steps) {
+    std::vector<int64_t> seg;
+    int64_t last = -1;
+    for (const auto& st : steps) {
+      const bool in = st.contains("join_round") && st.at("join_round").is_number_integer();
+      if (in) last = st.at("join_round").get<int64_t>();
+      seg.push_back(in ? 2 * last + 1 : 2 * last + 2);
+    }
+    return seg;
+  };
+  std::vector<std::vector<int64_t>> segs;
+  std::vector<std::map<int64_t, int64_t>> counts;  // per rank: segment -> its steps there
+  std::set<int64_t> all;
+  for (const auto& ix : *indexes) {
+    segs.push_back(segments(ix.at("steps")));
+    counts.emplace_back();
+    for (int64_t g : segs.back()) {
+      ++counts.back()[g];
+      all.insert(g);
+    }
+  }
+  std::map<int64_t, int64_t> fewest;  // segment -> the fewest steps any rank recorded in it
+  for (int64_t g : all) {
+    int64_t n = std::numeric_limits<int64_t>::max();
+    for (const auto& c : counts) n = std::min(n, c.count(g) ? c.at(g) : int64_t{0});
+    fewest[g] = n;
+  }
+  // A segment some rank ran more steps of than another: Join's end synced the model from the last rank to join,
+  // so every rank's first step after it starts from other parameters than its own last recorded step's.
+  std::set<int64_t> uneven;
+  for (int64_t g : all) {
+    for (const auto& c : counts) {
+      if ((c.count(g) ? c.at(g) : 0) != fewest[g]) uneven.insert(g);
+    }
+  }
+  int64_t dropped = 0;
+  for (size_t r = 0; r < indexes->size(); ++r) {
+    nlohmann::json& steps = (*indexes)[r].at("steps");
+    nlohmann::json kept = nlohmann::json::array();
+    std::map<int64_t, int64_t> taken;
+    bool gap = false;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int64_t g = segs[r][i];
+      if (taken[g]++ >= fewest[g]) {
+        ++dropped;
+        continue;
+      }
+      gap = gap || (i > 0 && segs[r][i - 1] != g && uneven.count(segs[r][i - 1]));
+      nlohmann::json st = steps[i];
+      st["step"] = static_cast<int64_t>(kept.size());
+      if (gap) st["after_gap"] = true;
+      gap = false;
+      kept.push_back(std::move(st));
+    }
+    steps = std::move(kept);
+  }
+  return dropped;
+}
+
+Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohmann::json& rank0, Trace* trace,
+                nlohmann::json index) {
   r->rank = rank;
   r->dir = dir + "/rank" + std::to_string(rank);
   const std::string index_path = r->dir + "/index.json";
-  DDPCHECK_RETURN_IF_ERROR(ReadIndex(index_path, &r->index));
-  DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(r->index).Prefixed(index_path));
+  r->index = std::move(index);
   DDPCHECK_RETURN_IF_ERROR(CheckFormat3(*r, rank == 0 ? r->index : rank0));
   try {
     const auto& ix = r->index;
@@ -448,9 +548,32 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                           dir, r, out->world, r));
     }
   }
+  std::vector<nlohmann::json> indexes(static_cast<size_t>(out->world));
+  bool join = false;
+  for (int r = 0; r < out->world; ++r) {
+    const std::string path = dir + "/rank" + std::to_string(r) + "/index.json";
+    nlohmann::json& ix = indexes[static_cast<size_t>(r)];
+    if (r == 0) {
+      ix = r0.index;
+    } else {
+      DDPCHECK_RETURN_IF_ERROR(ReadIndex(path, &ix));
+    }
+    DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(ix).Prefixed(path));
+    join = join || (ix.contains("join") && ix.at("join") == true);
+  }
+  if (join && out->world > 1) {
+    try {
+      out->join_steps_dropped = AlignJoinRounds(&indexes);
+    } catch (const nlohmann::json::exception& e) {
+      return Status::Invalid(dir + ": join rounds: malformed index: " + e.what());
+    }
+    out->uneven_join = out->join_steps_dropped > 0;
+  }
   for (int r = 0; r < out->world; ++r) {
     TorchDumpRank rank;
-    DDPCHECK_RETURN_IF_ERROR(ReadRank(dir, r, &rank, r0.index, &out->trace));
+    DDPCHECK_RETURN_IF_ERROR(
+        ReadRank(dir, r, &rank, r == 0 ? indexes[0] : out->ranks[0].index, &out->trace,
+                 std::move(indexes[static_cast<size_t>(r)])));
     out->steps = std::max(out->steps, rank.steps);
     out->ranks.push_back(std::move(rank));
   }
@@ -480,9 +603,16 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
     }
   }
   const bool autocast_only = autocast && !scaler;
+  if (out->uneven_join) {
+    out->replay_unsupported = fmt::format(
+        "the ranks ran different numbers of steps under Join (uneven inputs): the {} step(s) some ranks ran after "
+        "another had joined (a reduction over fewer ranks) are not checked; the replay runs every rank for the same "
+        "steps", out->join_steps_dropped);
+  }
   const bool replay_autocast = autocast_only && every_step_autocast &&
                                out->ranks[0].index.value("dtype", std::string("float32")) == "float32";
-  if ((autocast_only && !replay_autocast) || (replay.is_object() && !replay.value("possible", true))) {
+  if ((autocast_only && !replay_autocast) || (replay.is_object() && !replay.value("possible", true)) ||
+      out->uneven_join) {
     for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
       out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
     }

@@ -37,6 +37,10 @@ struct TorchDump {
   Scenario scenario;
   // Why the dump cannot be replayed (dropout with p > 0, AMP); empty when it can.
   std::string replay_unsupported;
+  // Ranks recorded different numbers of steps under Join (uneven inputs): checked by protocol, step by step among
+  // the ranks that recorded each step.
+  bool uneven_join = false;
+  int64_t join_steps_dropped = 0;
 };
 
 // Reads and validates DIR. Errors (exit 2) name the file: a missing rank ("DIR/rank1/index.json: not found:

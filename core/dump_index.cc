@@ -129,6 +129,9 @@ Status CheckStep(const json& st, const std::string& p) {
                                    {"microbatches", Is::kInt},
                                    {"autocast", Is::kBool},
                                    {"eval_modules", Is::kStringArray},
+                                   {"join", Is::kBool},
+                                   {"join_round", Is::kInt},
+                                   {"after_gap", Is::kBool},
                                    {"ref_note", Is::kString},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},
@@ -173,7 +176,16 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"dataset", Is::kObject},
                                    {"batch_size", Is::kIntOrNull},
                                    {"error", Is::kObject},
-                                   {"torch_version", Is::kString}}));
+                                   {"torch_version", Is::kString},
+                                   {"init_optimizer_state", Is::kObject},
+                                   {"join", Is::kBool},
+                                   {"init_optimizer_step_counts", Is::kNumberMap}}));
+  if (ix.contains("init_optimizer_state")) {
+    for (const auto& item : ix.at("init_optimizer_state").items()) {
+      const std::string q = JsonPath("/init_optimizer_state", item.key());
+      if (!Matches(item.value(), Is::kStringMap)) return JsonError(q, Describe(Is::kStringMap), item.value());
+    }
+  }
   const json& model = ix.at("model");
   for (size_t i = 0; model.is_array() && i < model.size(); ++i) {
     const std::string p = JsonPath("/model", i);

@@ -65,6 +65,7 @@ struct ProtocolStep {
   bool autocast = false;  // the step's forwards ran under torch.autocast
   bool autocast_known = false;  // the index says (older recorders said it only with a reference)
   std::optional<std::vector<std::string>> eval_modules;  // submodules in eval mode in its training forwards
+  bool after_gap = false;  // steps before it were not kept (Join's uneven tail): its previous state is unknown
 };
 
 struct ProtocolRank {
@@ -73,6 +74,7 @@ struct ProtocolRank {
   std::string error;  // the exception the rank's run ended with, as recorded ("" when none)
   std::vector<std::string> param_names;  // this rank's parameters in DDP's order (its index's "params")
   std::map<std::string, Tensor> init;
+  ProtocolStep init_optimizer;  // opt_state and opt_counts the optimizer had when the recorder started (a resume)
   std::optional<nlohmann::json> sampler;
   std::vector<ProtocolStep> steps;
 };

@@ -68,6 +68,7 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->microbatches = st.value("microbatches", int64_t{0});
   s->autocast = st.value("autocast", false);
   s->autocast_known = st.contains("autocast");
+  s->after_gap = st.value("after_gap", false);
   if (st.contains("eval_modules")) s->eval_modules = st.at("eval_modules").get<std::vector<std::string>>();
   if (st.contains("loss") && st.at("loss").is_number()) s->loss = st.at("loss").get<double>();
   if (st.contains("ref_loss") && st.at("ref_loss").is_number()) s->ref_loss = st.at("ref_loss").get<double>();
@@ -222,6 +223,12 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
         for (const auto& p : r.index.at("params")) pr.param_names.push_back(p.at("name").get<std::string>());
       }
       DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, r.index.at("init"), &pr.init));
+      const nlohmann::json init_opt = r.index.value("init_optimizer_state", nlohmann::json::object());  // kept alive
+      for (const auto& [state, files] : init_opt.items()) {
+        DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, files, &pr.init_optimizer.opt_state[state]));
+      }
+      pr.init_optimizer.opt_counts =
+          r.index.value("init_optimizer_step_counts", std::map<std::string, double>{});
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
       const auto& steps = r.index.at("steps");
       for (size_t i = 0; i < steps.size(); ++i) {

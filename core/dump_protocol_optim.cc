@@ -130,41 +130,99 @@ bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs) {
   return true;
 }
 
+// After a Join round with uneven inputs (the steps after_gap), Join synced the model from the last rank to join but
+// not the optimizer: a rank that stepped alone while others had joined updated its momentum, Adam or RMSprop
+// state alone, so from then on the ranks' updates of the same reduced gradient differ. Named at the first such
+// step where the ranks' optimizer states differ (the parameters then differ too).
+void CheckJoinOptimizerState(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
+  size_t steps = 0;
+  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<const ProtocolRank*> here;
+    for (const auto& rank : r.ranks) {
+      if (rank.steps.size() > s && rank.steps[s].after_gap) here.push_back(&rank);
+    }
+    if (here.size() < 2) continue;
+    for (size_t i = 1; i < here.size(); ++i) {
+      for (const auto& [state, tensors] : here[0]->steps[s].opt_state) {
+        const auto other = here[i]->steps[s].opt_state.find(state);
+        if (other == here[i]->steps[s].opt_state.end()) continue;
+        for (const auto& [name, t] : tensors) {
+          const Tensor* u = Get(other->second, name);
+          if (u == nullptr || BitwiseEqual(t, *u)) continue;
+          Mismatch m;
+          m.key = {here[i]->steps[s].step, Checkpoint::kParams, "opt." + state + "." + name, here[i]->rank};
+          m.kind = "rank-divergent";
+          m.against = fmt::format("rank {}", here[0]->rank);
+          m.message = fmt::format("the optimizer's {} of {} differs between rank {} and rank {} after a Join round "
+                                  "with uneven inputs", state, name, here[i]->rank, here[0]->rank);
+          f->push_back({m, fmt::format("uneven-batches@{}", here[i]->rank),
+                        m.message + ": Join syncs the model at the round's end, not the optimizer state; the ranks "
+                                    "that stepped after another had joined updated their " + state + " alone, so the "
+                                    "ranks now update the same gradient differently and their models drift apart (a "
+                                    "stateless optimizer, or the same number of batches per rank, keeps them equal)",
+                        0});
+          return;
+        }
+      }
+    }
+  }
+}
+
 void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   CheckLr(r, out, f);
+  CheckJoinOptimizerState(r, f);
   if (!r.optimizer_note.empty() || r.groups.empty()) {
     out->skipped.push_back(r.optimizer_note.empty() ? "optimizer update: no param groups" : r.optimizer_note);
     return;
   }
-  const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
-  for (size_t s = 0; s < steps; ++s) {  // a rank that skipped the optimizer step others took
-    for (const auto& rank : r.ranks) {
-      if (rank.steps.size() <= s || rank.steps[s].optimizer_steps == r.ranks[0].steps[s].optimizer_steps) continue;
-      const ProtocolStep& st = rank.steps[s];
+  // The parameter a skipped step is named by: the first the recorded optimizer updates.
+  std::string first_param = r.params.empty() ? "" : r.params[0].name;
+  for (const auto& g : r.groups) {
+    if (!g.params.empty() && g.params[0] >= 0 && static_cast<size_t>(g.params[0]) < r.params.size()) {
+      first_param = r.params[static_cast<size_t>(g.params[0])].name;
+      break;
+    }
+  }
+  size_t steps = 0;
+  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
+  for (size_t s = 0; s < steps; ++s) {  // a rank that skipped the optimizer step most ranks took (or the reverse)
+    std::vector<const ProtocolRank*> here;
+    for (const auto& rank : r.ranks) if (rank.steps.size() > s) here.push_back(&rank);
+    if (here.size() < 2) continue;
+    const auto count = [&](size_t i) { return here[i]->steps[s].optimizer_steps; };
+    const size_t base = MajorityBase(here.size(), [&](size_t i, size_t j) { return count(i) == count(j); });
+    for (size_t i = 0; i < here.size(); ++i) {
+      if (count(i) == count(base)) continue;
+      const ProtocolRank& odd = *here[i];
+      const int skipper = count(i) < count(base) ? odd.rank : here[base]->rank;
+      const int other = skipper == odd.rank ? here[base]->rank : odd.rank;
+      const int64_t skipped_steps = std::min(count(i), count(base)), taken = std::max(count(i), count(base));
       Mismatch m;
-      m.key = {st.step, Checkpoint::kParams, r.params.empty() ? "" : r.params[0].name, rank.rank};
+      m.key = {odd.steps[s].step, Checkpoint::kParams, first_param, skipper};
       m.kind = "rank-divergent";
-      m.against = "rank 0";
-      m.got = static_cast<double>(st.optimizer_steps);
-      m.want = static_cast<double>(r.ranks[0].steps[s].optimizer_steps);
-      m.message = fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank 0", st.optimizer_steps,
-                              rank.rank, r.ranks[0].steps[s].optimizer_steps);
-      const int skipper = st.optimizer_steps < r.ranks[0].steps[s].optimizer_steps ? rank.rank : r.ranks[0].rank;
+      m.against = fmt::format("rank {}", other);
+      m.got = static_cast<double>(skipped_steps);
+      m.want = static_cast<double>(taken);
+      m.message = fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank {}", skipped_steps, skipper,
+                              taken, other);
       f->push_back({m, fmt::format("skip-step@{}", skipper), m.message + ": one rank skipped the step", 1});
+      break;
     }
   }
   for (const auto& rank : r.ranks) {
     for (size_t s = 0; s < rank.steps.size(); ++s) {
       const ProtocolStep& st = rank.steps[s];
-      const ProtocolStep* prev = s == 0 ? nullptr : &rank.steps[s - 1];
-      if (st.optimizer_steps > 1) continue;
+      // the state before the step: the previous step's, or at step 0 what the optimizer had when the recorder started
+      const ProtocolStep* prev = s == 0 ? &rank.init_optimizer : &rank.steps[s - 1];
+      if (st.optimizer_steps > 1 || st.after_gap) continue;
       bool reported = false;
       for (size_t gi = 0; gi < r.groups.size() && !reported; ++gi) {
         const double lr = gi < st.lrs.size() ? st.lrs[gi] : r.groups[gi].spec.lr;
         for (int pi : r.groups[gi].params) {
           if (pi < 0 || static_cast<size_t>(pi) >= r.params.size()) continue;
           const std::string& name = r.params[static_cast<size_t>(pi)].name;
-          const Tensor* before = prev ? Get(prev->params, name) : Get(rank.init, name);
+          const Tensor* before = s > 0 ? Get(prev->params, name) : Get(rank.init, name);
           const Tensor* after = Get(st.params, name);
           if (!before || !after) continue;
           const Tensor* grad = st.optimizer_steps == 0 ? nullptr : Get(st.grads, name);

@@ -397,6 +397,29 @@ class BucketTaps(unittest.TestCase):
         self.assertNotIn("index.json", names)
         self.assertNotIn("s2.npz", names)  # the first run's third step
 
+    def test_an_optimizer_with_state_at_the_start_is_recorded_and_a_resumed_one_not_replayed(self):
+        for make, resumed in ((lambda ps: torch.optim.Adagrad(ps, lr=0.1), False),  # its sums exist from the start
+                              (lambda ps: torch.optim.Adam(ps, lr=0.1), True)):
+            torch.manual_seed(0)
+            ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 2)))
+            opt = make(ddp.parameters())
+            if resumed:  # a step taken before (as a checkpoint's optimizer state_dict would restore it)
+                nn.MSELoss()(ddp(torch.randn(4, 4)), torch.randn(4, 2)).backward()
+                opt.step()
+            out = tempfile.mkdtemp()
+            from torch.utils.data import DistributedSampler, TensorDataset
+            sampler = DistributedSampler(TensorDataset(torch.randn(8, 4)), shuffle=False)
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, sampler=sampler)
+            opt.zero_grad()
+            x = torch.randn(4, 4)
+            nn.MSELoss()(ddp(x), torch.randn(4, 2)).backward()
+            opt.step()
+            rec.step(torch.arange(4), x, torch.randn(4, 2))
+            rec.close()
+            ix = _index(out)
+            self.assertIn("init_optimizer_state", ix)
+            self.assertEqual(any("resumed run" in w for w in ix["replay"]["reasons"]), resumed, ix["replay"])
+
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))

@@ -768,6 +768,7 @@ class DdpRecorder:
         self.steps = []
         self.error = None
         self.broken = None  # why the recorder stopped recording (it failed), with its step
+        self._join_rounds = []  # DDP's join configs seen, one per `with Join(...)` the steps ran in
         self.dataset = None
         self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
@@ -802,6 +803,16 @@ class DdpRecorder:
             "module_type": type(self.module).__name__,
         }
         self.index["init"] = self._save_state("init", self.module.state_dict())
+        # An optimizer with state already (loaded from a checkpoint: a resumed run; Adagrad's initial sums): the
+        # protocol check steps from it. A resumed one (a step taken, or SGD's momentum) is not replayed: the replay
+        # starts from a fresh optimizer.
+        init_state, init_counts = self._optimizer_state("init", named, shared=False)
+        if init_state or init_counts:
+            self.index["init_optimizer_state"], self.index["init_optimizer_step_counts"] = init_state, init_counts
+        if any(c > 0 for c in init_counts.values()) or any(
+                "step" not in self.opt.state.get(q, {"step": 0}) for _, q in named if self.opt.state.get(q)):
+            self.no_replay.append("the optimizer had state when the recorder started (a resumed run: loaded from a "
+                                  "checkpoint); the replay starts from a fresh optimizer")
         if local_init is not None:
             self.index["init_local"] = self._save_state("init_local", local_init)
         self._unwraps = []  # undo the wrappers and taps at close
@@ -826,6 +837,19 @@ class DdpRecorder:
         for owner in (optimizer, ddp_model) if ddp_model is not self.module else (optimizer,):
             self._wrap_zero_grad(owner)  # never the user's own module
         self._hand_over(0, archive="s0.npz")  # the init archive: the writer thread starts here
+
+    def _optimizer_state(self, prefix, named, shared=True):
+        """The optimizer's per-parameter state tensors, saved ({state: {param: file}}), and its step counts.
+        shared: rank r > 0 may name rank 0's entry (only the steps' entries are renamed so, not the init's)."""
+        state, counters = {}, {}
+        for n, q in named:
+            for key, v in self.opt.state.get(q, {}).items():
+                if key == "step":
+                    counters[self.name(n)] = float(v)
+                elif torch.is_tensor(v):
+                    state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (prefix, key, self.name(n)),
+                                                                         v, shared=shared)
+        return state, counters
 
     def _describe(self, fn, fallback):
         try:
@@ -1052,6 +1076,14 @@ class DdpRecorder:
                "autocast": self._counts["autocast"] > 0}
         if self._counts["eval"] is not None:
             rec["eval_modules"] = self._counts["eval"]  # the ranks must agree (BatchNorm in eval on one rank)
+        join = getattr(self.ddp, "_join_config", None)
+        if join is not None and getattr(join, "enable", False):
+            # inside torch.distributed.algorithms.Join: the ranks may run uneven numbers of steps. Each `with Join`
+            # makes DDP a new config: its ordinal numbers the round, within which the ranks' steps align
+            if not self._join_rounds or self._join_rounds[-1] is not join:
+                self._join_rounds.append(join)
+            rec["join"] = True
+            rec["join_round"] = len(self._join_rounds) - 1
         self._sched_steps = 0
         prev = self.steps[-1] if self.steps else None
         if prev is not None and rec["lrs"] != prev.get("lrs") and rec["scheduler_steps"] == 0:
@@ -1075,16 +1107,7 @@ class DdpRecorder:
         rec["params"] = {self.name(n): self._save("%s.param.%s" % (p, self.name(n)), q, shared=True)
                          for n, q in named}
         rec["buffers"] = self._save_state(p + ".buf", dict(self.module.named_buffers()), shared=bcast)
-        state, counters = {}, {}
-        for n, q in named:
-            for key, v in self.opt.state.get(q, {}).items():
-                if key == "step":
-                    counters[self.name(n)] = float(v)
-                elif torch.is_tensor(v):
-                    state.setdefault(key, {})[self.name(n)] = self._save("%s.opt.%s.%s" % (p, key, self.name(n)), v,
-                                                                         shared=True)
-        rec["optimizer_state"] = state
-        rec["optimizer_step_counts"] = counters
+        rec["optimizer_state"], rec["optimizer_step_counts"] = self._optimizer_state(p, named)
         if self.buckets is not None:
             taken = self.buckets.take()
             last = {b["index"]: k for k, b in enumerate(taken)}
@@ -1249,6 +1272,8 @@ class DdpRecorder:
             else:
                 failed = None  # the run's own exception came first and is the one that propagates
         ix["steps"] = self.steps
+        if any(st.get("join") for st in self.steps):
+            ix["join"] = True
         if self.broken is not None:
             ix["recorder_error"] = self.broken
         ix["ddp"]["comm_hook"] = self._note_comm_hook()
