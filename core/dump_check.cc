@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -259,6 +260,28 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
       const std::vector<int64_t> want = batches[k];
       const std::vector<int64_t> have(got->data.begin(), got->data.end());
       if (have == want) continue;
+      // The sampler's own epoch at each step (the index's "epoch"): a set_epoch the loop did call moves it, and a
+      // sampler that was not moved gives the batches of the epoch it is at. Where the recording says so, the
+      // finding needs both: the epoch did not move since the same batch of the pass before, and the batch is the
+      // one the unmoved sampler gives (a recorder created mid-run, or rec.step() called twice a step, shifts the
+      // passes the step count assumes; the sampler's epochs and batches then show set_epoch was called).
+      const auto& steps = r.index.at("steps");
+      const auto epoch_at = [&](int64_t t) -> std::optional<int64_t> {
+        if (t < 0 || static_cast<size_t>(t) >= steps.size()) return std::nullopt;
+        const auto& st = steps[static_cast<size_t>(t)];
+        if (!st.contains("epoch") || !st.at("epoch").is_number_integer()) return std::nullopt;
+        return st.at("epoch").get<int64_t>();
+      };
+      const auto now = epoch_at(s), before = epoch_at(s - per_epoch);
+      if (now && before) {
+        if (*now != *before) continue;
+        SamplerConfig at = cfg;
+        at.epoch = *now;
+        std::vector<int64_t> unmoved;
+        if (!ShardIndices(at, r.rank, &unmoved).ok()) return std::nullopt;
+        const auto unmoved_batches = Batches(unmoved, sc.batch_size, sc.sampler.drop_last_batch);
+        if (k >= unmoved_batches.size() || unmoved_batches[k] != have) continue;
+      }
       const Tensor* first = d.trace.Find({static_cast<int64_t>(k), Checkpoint::kSampler, "indices", r.rank});
       const bool repeats = first && first->data == got->data;
       return Finding({s, Checkpoint::kSampler, "indices", r.rank}, "reference-divergent", "skip-set-epoch",

@@ -206,7 +206,8 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"broadcast_buffers", Is::kBool},
                                    {"find_unused_parameters", Is::kBool},
                                    {"gradient_as_bucket_view", Is::kBool},
-                                   {"wrapped", Is::kBool}}));
+                                   {"wrapped", Is::kBool},
+                                   {"iterations_before", Is::kInt}}));
   if (!ix.at("optimizer").is_null()) {
     DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("optimizer"), "/optimizer",
                                     {{"type", Is::kString, true},

@@ -94,6 +94,7 @@ struct ProtocolGroup {
 };
 
 struct ProtocolRecords {
+  int64_t ddp_iterations_before = 0;  // training forwards DDP ran before the recorder started (created mid-run)
   int world = 1;
   DType dtype = DType::kFloat32;
   std::vector<ProtocolParam> params;  // DDP's order

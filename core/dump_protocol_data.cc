@@ -247,7 +247,8 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
       const auto layout = BucketLayout(s);
       if (layout.empty()) continue;
       std::vector<std::vector<int>> want = want0;
-      if (s.step > 0 && !r.ddp.find_unused_parameters) {  // rebuilt at the 2nd forward from the ready order
+      // rebuilt at the 2nd forward from the ready order (the recorder's first when DDP had run forwards before it)
+      if ((s.step > 0 || r.ddp_iterations_before > 0) && !r.ddp.find_unused_parameters) {
         std::vector<int> ready;
         for (const auto& b : layout) ready.insert(ready.end(), b.begin(), b.end());
         std::vector<int> ddp_ready;

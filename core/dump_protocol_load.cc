@@ -181,6 +181,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
     out->ddp.find_unused_parameters = ddp.value("find_unused_parameters", false);
     out->ddp.broadcast_buffers = ddp.value("broadcast_buffers", true);
     out->ddp_wrapped = ddp.value("wrapped", true);
+    out->ddp_iterations_before = ddp.value("iterations_before", int64_t{0});
     if (ddp.contains("comm_hook") && ddp.at("comm_hook").is_string()) out->comm_hook = ddp.at("comm_hook").get<std::string>();
     out->optimizer_type = Str(ix, "optimizer_type");
     if (out->optimizer_type.empty() && ix.contains("optimizer")) out->optimizer_type = Str(ix.at("optimizer"), "type");

@@ -420,6 +420,30 @@ class BucketTaps(unittest.TestCase):
             self.assertIn("init_optimizer_state", ix)
             self.assertEqual(any("resumed run" in w for w in ix["replay"]["reasons"]), resumed, ix["replay"])
 
+    def test_a_recorder_made_mid_run_says_so_and_a_repeated_rec_step_is_not_a_step(self):
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 2)))
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+
+        def train_step():
+            opt.zero_grad()
+            x = torch.randn(4, 4)
+            nn.MSELoss()(ddp(x), torch.randn(4, 2)).backward()
+            opt.step()
+            return x
+        for _ in range(2):
+            train_step()  # before the recorder: DDP's buckets are rebuilt by now
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+        for s in range(3):
+            x = train_step()
+            rec.step(torch.arange(4), x)
+            rec.step(torch.arange(4), x)  # called twice: ignored, with one line on stderr
+        rec.close()
+        ix = _index(out)
+        self.assertEqual(ix["ddp"]["iterations_before"], 2)
+        self.assertEqual([st["step"] for st in ix["steps"]], [0, 1, 2])
+
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))

@@ -769,6 +769,7 @@ class DdpRecorder:
         self.error = None
         self.broken = None  # why the recorder stopped recording (it failed), with its step
         self._join_rounds = []  # DDP's join configs seen, one per `with Join(...)` the steps ran in
+        self._warned_empty = False  # a rec.step() with nothing since the last was ignored (said once)
         self.dataset = None
         self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
@@ -873,7 +874,10 @@ class DdpRecorder:
                 "bucket_cap_mb": cap / (1024 * 1024) if cap else 25.0,
                 "broadcast_buffers": bool(getattr(d, "broadcast_buffers", False)),
                 "find_unused_parameters": bool(getattr(d, "find_unused_parameters", False)),
-                "gradient_as_bucket_view": bool(getattr(d, "gradient_as_bucket_view", False))}
+                "gradient_as_bucket_view": bool(getattr(d, "gradient_as_bucket_view", False)),
+                # training forwards DDP ran before the recorder (one created mid-run): its buckets are then rebuilt
+                # from the ready order at the recorder's first step, not torch's initial assignment
+                "iterations_before": int(getattr(d, "num_iterations", 0) or 0)}
 
     def _wrap_ddp_forward(self, ddp_model):
         """DDP's forward, tapped (undone at close): it says when the module's forward runs inside DDP's (after its
@@ -1000,6 +1004,15 @@ class DdpRecorder:
         dataset rows (needed for the replay and the sampler check; without them only the protocol is checked)."""
         s = len(self.steps)
         if self.broken is not None:
+            return
+        if self.step_tap.calls == 0 and self._counts["ddp"] == 0 and self._counts["module"] == 0 and self.steps:
+            # no forward and no optimizer.step() since the last rec.step(): a second call for the same step (the
+            # loop calls it twice), not a step of its own; recording it would shift every later step
+            if not self._warned_empty:
+                self._warned_empty = True
+                sys.stderr.write("ddpcheck_torch: rank %d: rec.step() called again with no forward and no "
+                                 "optimizer.step() since the last call (step %d): ignored; call it once per "
+                                 "optimizer step\n" % (self.rank, s - 1))
             return
         try:
             self._step(batch_indices, xb, yb, loss)
