@@ -293,11 +293,40 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
   return std::nullopt;
 }
 
+// uneven-batches@R without Join: rank R ran out of batches and left its loop cleanly after fewer steps, while a
+// rank that went on failed in the collective R never joined (a timeout, or its connection closed when R's process
+// ended). Named at the first step R did not run.
+std::optional<DumpFinding> UnevenBatches(const TorchDump& d) {
+  if (d.uneven_join) return std::nullopt;
+  const TorchDumpRank* failed = nullptr;
+  int64_t failed_at = 0;
+  for (const auto& r : d.ranks) {
+    if (!r.failed || !r.index.contains("error") || !r.index.at("error").is_object()) continue;
+    const int64_t at = r.index.at("error").value("step", int64_t{0});
+    if (!failed || at < failed_at) failed = &r, failed_at = at;
+  }
+  if (!failed) return std::nullopt;
+  const TorchDumpRank* early = nullptr;
+  for (const auto& r : d.ranks) {
+    if (!r.failed && r.steps <= failed_at && (!early || r.steps < early->steps)) early = &r;
+  }
+  if (!early) return std::nullopt;
+  return Finding({early->steps, Checkpoint::kLoss, "loss", early->rank}, "hang",
+                 fmt::format("uneven-batches@{}", early->rank),
+                 fmt::format("rank {} recorded {} step(s) and left its training loop without an error, while rank {} "
+                             "went on to step {} and failed there ({}): rank {} ran out of batches (uneven inputs) and "
+                             "the others waited for it in a collective it never joined; wrap the loop in "
+                             "torch.distributed.algorithms.Join([ddp]) or give every rank the same number of batches",
+                             early->rank, early->steps, failed->rank, failed_at, failed->error.substr(0, 200),
+                             early->rank));
+}
+
 }  // namespace
 
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference) {
   std::optional<DumpFinding> best;
-  for (auto f : {BypassDdp(dump, reference), NoBufferBroadcast(dump), SkipSetEpoch(dump), LossScale(dump, reference)}) {
+  for (auto f : {BypassDdp(dump, reference), NoBufferBroadcast(dump), SkipSetEpoch(dump), LossScale(dump, reference),
+                 UnevenBatches(dump)}) {
     if (f && (!best || f->mismatch.key < best->mismatch.key)) best = f;
   }
   return best;

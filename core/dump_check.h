@@ -25,7 +25,9 @@ struct DumpFinding {
 //   skip-set-epoch      shuffle with set_epoch not called for epoch e >= 1, and the indices differ from
 //                       DistributedSampler's with set_epoch(e) (they repeat an earlier epoch's);
 //   loss-times-world,   at the first step whose recorded reduced gradient is not the mean of the replay's local
-//   loss-scale-per-rank gradients, it is (1/W) sum_r f_r local_r with every f_r = W, or one rank's f_r != 1 (2 %).
+//   loss-scale-per-rank gradients, it is (1/W) sum_r f_r local_r with every f_r = W, or one rank's f_r != 1 (2 %);
+//   uneven-batches@R    without Join, rank R left its loop cleanly after fewer steps than the step at which
+//                       another rank failed (waiting for R in a collective, or losing its connection to R).
 // `reference` may be null (no replay): the local-gradient evidence is then left out.
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
 
