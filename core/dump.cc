@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -186,11 +187,54 @@ Status MergeRowsSeen(const nlohmann::json& ds, const Tensor& x, const Tensor& y,
 }
 
 // Loads the tensors of a {name: file} object into the trace at (step, checkpoint, prefix + name, rank).
+// What the index's "params" says of each parameter: its shape and dtype (a tensor file of a parameter, its grad or
+// its optimizer state that says otherwise was edited or comes from another run).
+struct ParamFacts {
+  std::vector<int64_t> shape;
+  std::optional<DType> dtype;
+};
+using ParamTable = std::map<std::string, ParamFacts>;
+
+ParamTable ParamsOf(const nlohmann::json& ix) {
+  ParamTable out;
+  if (!ix.contains("params") || !ix.at("params").is_array()) return out;
+  for (const auto& p : ix.at("params")) {
+    if (!p.is_object() || !p.contains("name") || !p.at("name").is_string() || !p.contains("shape") ||
+        !p.at("shape").is_array()) {
+      continue;
+    }
+    ParamFacts f;
+    for (const auto& d : p.at("shape")) {
+      if (!d.is_number_integer()) return {};
+      f.shape.push_back(d.get<int64_t>());
+    }
+    DType dt;
+    if (p.contains("dtype") && p.at("dtype").is_string() && ParseDType(p.at("dtype").get<std::string>(), &dt)) {
+      f.dtype = dt;
+    }
+    out[p.at("name").get<std::string>()] = f;
+  }
+  return out;
+}
+
+// Loads a group of tensor files (name -> file). With `params`, a file holding a parameter's tensor (its value, grad
+// or optimizer state) must have the parameter's shape, and with same_dtype its dtype too: `where` is the group's
+// JSON pointer in the index, for the error.
 Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& files, int64_t step,
-                 Checkpoint c, const std::string& prefix, Trace* trace) {
+                 Checkpoint c, const std::string& prefix, Trace* trace, const ParamTable* params = nullptr,
+                 bool same_dtype = false, const std::string& where = "") {
   for (const auto& [name, file] : files.items()) {
     Tensor t;
     DDPCHECK_RETURN_IF_ERROR(tensors.Read(file.get<std::string>(), &t));
+    const auto p = params ? params->find(name) : ParamTable::const_iterator();
+    if (params && p != params->end() && (t.shape != p->second.shape || (same_dtype && p->second.dtype &&
+                                                                        t.dtype != *p->second.dtype))) {
+      return Status::Invalid(fmt::format(
+          "{}/{}: {}: holds a {} tensor of shape {}, but {}/index.json /params says parameter '{}' is {} of shape {} "
+          "(a file edited or from another recording)",
+          r.dir, file.get<std::string>(), JsonPath(where, name), DTypeName(t.dtype), ShapeString(t.shape), r.dir, name,
+          p->second.dtype ? DTypeName(*p->second.dtype) : std::string("?"), ShapeString(p->second.shape)));
+    }
     trace->Add({step, c, prefix + name, r.rank}, std::move(t));
   }
   return Status::Ok();
@@ -472,7 +516,8 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       trace->AddEvent(event);
     }
     DumpTensorFiles tensors(r->dir);
-    DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, ix.at("init"), 0, Checkpoint::kInit, "", trace));
+    const ParamTable params = ParamsOf(ix);
+    DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, ix.at("init"), 0, Checkpoint::kInit, "", trace, &params, true, "/init"));
     const auto& steps = ix.at("steps");
     r->steps = static_cast<int64_t>(steps.size());
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -480,6 +525,11 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       int64_t s = 0;
       Status step_ok = IndexInt(st.at("step"), JsonPath(JsonPath("/steps", i), "step"), 0, kMaxSteps, &s);
       if (!step_ok.ok()) return step_ok.Prefixed(index_path);
+      if (s != static_cast<int64_t>(i)) {  // the recorder writes its steps in order, numbered from 0
+        return JsonError(JsonPath(JsonPath("/steps", i), "step"),
+                         fmt::format("must be {} (the steps are recorded in order from 0)", i), st.at("step"))
+            .Prefixed(index_path);
+      }
       Tensor idx;
       DDPCHECK_RETURN_IF_ERROR(tensors.Read(st.at("indices").get<std::string>(), &idx));
       idx.dtype = DType::kInt64;
@@ -498,18 +548,35 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       if (st.contains("forward_buffers")) {
         DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "", trace));
       }
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("grads"), s, Checkpoint::kReduced, "", trace));
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace));
+      const std::string at = JsonPath("/steps", i);
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("grads"), s, Checkpoint::kReduced, "", trace, &params,
+                                         true, JsonPath(at, "grads")));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace, &params,
+                                         true, JsonPath(at, "params")));
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
       const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
       for (const auto& [state, files] : optimizer_state.items()) {
-        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, files, s, Checkpoint::kParams, "opt." + state + ".", trace));
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, files, s, Checkpoint::kParams, "opt." + state + ".", trace,
+                                           &params, false, JsonPath(JsonPath(at, "optimizer_state"), state)));
       }
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::Invalid(index_path + ": malformed index: " + e.what());
   }
   return Status::Ok();
+}
+
+// A NaN or inf in what torch recorded is a finding (exit 1, "non-finite value in ..."), replayed or not, except the
+// gradients of a GradScaler step (AMP skips those).
+Status Finite(const TorchDump& d, const std::string& dir) {
+  std::set<int64_t> overflow_steps;
+  for (const auto& r : d.ranks) {
+    const auto& steps = r.index.at("steps");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].contains("scaler")) overflow_steps.insert(steps[i].at("step").get<int64_t>());
+    }
+  }
+  return CheckFinite(d.trace, dir, overflow_steps);
 }
 
 }  // namespace
@@ -641,7 +708,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
           IndexInt(sm.at("len"), "/sampler/len", 0, kMaxSamples, &len).Prefixed(dir + "/rank0/index.json"));
     }
     out->scenario.ddp.broadcast_buffers = ix.value("ddp", nlohmann::json::object()).value("broadcast_buffers", true);
-    return Status::Ok();
+    return Finite(*out, dir);
   }
   try {
     Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
@@ -662,15 +729,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   } catch (const nlohmann::json::exception& e) {
     return Status::Invalid(dir + "/rank0/index.json: malformed index: " + e.what());
   }
-  // A NaN or inf in what torch recorded is a finding (exit 1), except the gradients of a GradScaler step.
-  std::set<int64_t> overflow_steps;
-  for (const auto& r : out->ranks) {
-    const auto& steps = r.index.at("steps");
-    for (size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i].contains("scaler")) overflow_steps.insert(steps[i].at("step").get<int64_t>());
-    }
-  }
-  return CheckFinite(out->trace, dir, overflow_steps);
+  return Finite(*out, dir);
 }
 
 }  // namespace ddpcheck::core

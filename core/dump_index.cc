@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/json_reader.h"
 
 namespace ddpcheck::core {
@@ -147,6 +149,14 @@ Status CheckStep(const json& st, const std::string& p) {
                                        {"reduced_is_grads", Is::kBool}}));
     }
   }
+  for (const char* key : {"optimizer_steps", "scheduler_steps", "scheduler_steps_before", "ref_rows", "microbatches",
+                          "ddp_forwards", "module_forwards", "epoch"}) {
+    // counts: never negative (an epoch is the sampler's, which a resumed run may set anywhere from 0)
+    if (st.contains(key) && st.at(key).get<int64_t>() < 0) return JsonError(JsonPath(p, key), "must be >= 0", st.at(key));
+  }
+  if (st.contains("lrs") && st.at("lrs").empty()) {
+    return JsonError(JsonPath(p, "lrs"), "must hold each param group's lr (at least one)", st.at("lrs"));
+  }
   if (st.contains("optimizer_state")) {
     for (const auto& item : st.at("optimizer_state").items()) {
       const std::string q = JsonPath(JsonPath(p, "optimizer_state"), item.key());
@@ -200,6 +210,11 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"affine", Is::kBool},
                                      {"track_running_stats", Is::kBool},
                                      {"p", Is::kNumber}}));
+    for (const char* key : {"in", "out", "features"}) {
+      if (model[i].contains(key) && model[i].at(key).get<int64_t>() < 1) {
+        return JsonError(JsonPath(p, key), "must be at least 1", model[i].at(key));
+      }
+    }
   }
   DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("ddp"), "/ddp",
                                   {{"bucket_cap_mb", Is::kNumber},
@@ -248,6 +263,22 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
       }
     }
   }
+  if (ix.contains("param_groups")) {
+    const json& gs = ix.at("param_groups");
+    if (!gs.is_array()) return JsonError("/param_groups", "must be an array", gs);
+    const size_t n = ix.contains("params") && ix.at("params").is_array() ? ix.at("params").size() : 0;
+    for (size_t g = 0; g < gs.size(); ++g) {
+      const std::string q = JsonPath("/param_groups", g);
+      DDPCHECK_RETURN_IF_ERROR(Fields(gs[g], q, {{"params", Is::kIntArray, true}, {"lr", Is::kNumber}}));
+      const json& idx = gs[g].at("params");
+      for (size_t k = 0; k < idx.size(); ++k) {
+        if (idx[k].get<int64_t>() < 0 || static_cast<size_t>(idx[k].get<int64_t>()) >= n) {
+          return JsonError(JsonPath(JsonPath(q, "params"), k),
+                           fmt::format("must be a parameter's index in [0, {}) (the index's /params)", n), idx[k]);
+        }
+      }
+    }
+  }
   if (ix.contains("params")) {
     const json& ps = ix.at("params");
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -267,7 +298,17 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"seed", Is::kInt},
                                      {"drop_last", Is::kBool},
                                      {"set_epoch_calls", Is::kIntArray},
-                                     {"len", Is::kIntOrNull}}));
+                                     {"len", Is::kIntOrNull},
+                                     {"num_replicas", Is::kInt},
+                                     {"rank", Is::kInt}}));
+    const json& sm = ix.at("sampler");
+    if (sm.contains("num_replicas") && sm.at("num_replicas").get<int64_t>() < 1) {
+      return JsonError("/sampler/num_replicas", "must be at least 1", sm.at("num_replicas"));
+    }
+    if (sm.contains("rank") && (sm.at("rank").get<int64_t>() < 0 ||
+                                (sm.contains("num_replicas") && sm.at("rank").get<int64_t>() >= sm.at("num_replicas").get<int64_t>()))) {
+      return JsonError("/sampler/rank", "must be a rank in [0, num_replicas)", sm.at("rank"));
+    }
   }
   if (ix.contains("dataset")) {
     DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("dataset"), "/dataset",

@@ -52,7 +52,8 @@ json WriteDump(const std::string& dir) {
   json ix = json::parse(R"({
     "format": "ddpcheck-torch-dump", "version": 1, "rank": 0, "world_size": 1, "torch_version": "test",
     "model": [{"type": "linear", "in": 2, "out": 1}], "loss": "mse", "dtype": "float64",
-    "params": [{"name": "0.weight"}, {"name": "0.bias"}], "buffers": [],
+    "params": [{"name": "0.weight", "shape": [1, 2], "dtype": "float64"}, {"name": "0.bias", "shape": [1], "dtype": "float64"}],
+    "buffers": [],
     "ddp": {"wrapped": true, "bucket_cap_mb": 25.0, "broadcast_buffers": true},
     "optimizer": {"type": "sgd", "lr": 0.1}, "schedulers": [],
     "init": {"0.weight": "init.0.weight.npy", "0.bias": "init.0.bias.npy"},
@@ -166,6 +167,13 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
       {"/batch_size", -1},
       {"/schedulers", json::array({json::object({{"type", "step"}, {"step_size", 0}})})},
       {"/schedulers", json::array({json::object({{"type", "step"}, {"step_size", 1.5}})})},
+      {"/steps/0/optimizer_steps", -3},
+      {"/steps/0/lrs", json::array()},
+      {"/param_groups", json::array({json::object({{"params", json::array({77})}})})},
+      {"/sampler/num_replicas", 0},
+      {"/model/0/in", 0},
+      {"/params/0/shape", json::array({2, 1})},  // the tensor files hold (1, 2): edited, or another run's
+      {"/params/1/dtype", "float32"},            // the files hold float64
       {"/steps/0/autocast", "yes"},  // the fields the protocol check reads: were an uncaught json type error
       {"/steps/0/lrs", json::array({"0.1"})},
       {"/steps/0/epoch", 1.5},
