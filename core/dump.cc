@@ -567,8 +567,14 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
 }
 
 // A NaN or inf in what torch recorded is a finding (exit 1, "non-finite value in ..."), replayed or not, except the
-// gradients of a GradScaler step (AMP skips those).
+// gradients of a GradScaler step (AMP skips those) and the module's buffers (a causal attention mask registered as
+// a buffer holds -inf by design).
 Status Finite(const TorchDump& d, const std::string& dir) {
+  std::set<std::string> buffers;
+  const nlohmann::json& ix = d.ranks[0].index;
+  for (const auto& b : ix.value("buffers", nlohmann::json::array())) {
+    if (b.is_object() && b.contains("name") && b.at("name").is_string()) buffers.insert(b.at("name").get<std::string>());
+  }
   std::set<int64_t> overflow_steps;
   for (const auto& r : d.ranks) {
     const auto& steps = r.index.at("steps");
@@ -576,7 +582,7 @@ Status Finite(const TorchDump& d, const std::string& dir) {
       if (steps[i].contains("scaler")) overflow_steps.insert(steps[i].at("step").get<int64_t>());
     }
   }
-  return CheckFinite(d.trace, dir, overflow_steps);
+  return CheckFinite(d.trace, dir, overflow_steps, buffers);
 }
 
 }  // namespace

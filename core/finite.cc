@@ -15,7 +15,8 @@ bool ExemptUnderOverflow(Checkpoint c) {
 
 }  // namespace
 
-Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps) {
+Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps,
+                   const std::set<std::string>& buffers) {
   std::set<int64_t> overflow = overflow_steps;
   for (const auto& [key, value] : t.records()) {
     if (key.checkpoint != Checkpoint::kScaler || key.tensor != "found_inf") continue;
@@ -25,6 +26,9 @@ Status CheckFinite(const Trace& t, const std::string& source, const std::set<int
   }
   for (const auto& [key, value] : t.records()) {
     if (ExemptUnderOverflow(key.checkpoint) && overflow.count(key.step)) continue;
+    const bool buffer_record = key.checkpoint == Checkpoint::kBuffers || key.checkpoint == Checkpoint::kForwardBuffers ||
+                               key.checkpoint == Checkpoint::kInit;
+    if (buffer_record && buffers.count(key.tensor)) continue;
     for (size_t i = 0; i < value->data.size(); ++i) {
       if (std::isfinite(value->data[i])) continue;
       return Status::Mismatch(fmt::format("{}: non-finite value in {} ({}) at step {}, rank {}: {} at flat index {}",

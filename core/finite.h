@@ -17,6 +17,9 @@ namespace ddpcheck::core {
 // bucket, reduced, unscaled) and the loss of steps in `overflow_steps` or where the trace's own scaler record
 // "found_inf" is non-zero. Otherwise Mismatch (exit 1), for the first such key in trace order:
 //   "<source>: non-finite value in 0.weight (params) at step 3, rank 1: nan at flat index 5"
-Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps = {});
+// buffers: the names of tensors that are buffers of the user's module (not checked: a causal attention mask or an
+// ALiBi bias holds -inf on purpose); empty: every tensor is checked.
+Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps = {},
+                   const std::set<std::string>& buffers = {});
 
 }  // namespace ddpcheck::core

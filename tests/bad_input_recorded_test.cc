@@ -374,6 +374,28 @@ TEST(BadRecordedInput, NanOrInfInADumpedTensorIsAFindingNamingTensorStepAndRank)
   }
 }
 
+// The same in a dump the recorder marked protocol-only (any module); a buffer of the module holding -inf (a causal
+// attention mask registered as a buffer) is not a finding.
+TEST(BadRecordedInput, NonFiniteParametersOfAProtocolOnlyDumpAreAFindingAndAMaskBufferIsNot) {
+  for (const bool in_buffer : {true, false}) {
+    TempDir dir;
+    json ix = WriteDump(dir.path());
+    ix["replay"] = {{"possible", false}, {"reasons", json::array({"a module ddpcheck cannot replay"})}};
+    ix["buffers"] = json::array({json::object({{"name", "mask"}})});
+    ix["init"]["mask"] = "init.mask.npy";
+    Save(dir.File("rank0/init.mask.npy"), F64({2, 2}, {0, -INFINITY, 0, 0}));
+    ix["steps"][0]["buffers"] = {{"mask", "init.mask.npy"}};
+    testing::WriteFile(dir.File("rank0/index.json"), ix.dump());
+    if (!in_buffer) Save(dir.File("rank0/s0.param.0.weight.npy"), F64({1, 2}, {0.475, -INFINITY}));
+    const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.path() + "'");
+    if (in_buffer) {
+      EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    } else {
+      ExpectNamed(o, 1, {"non-finite value in 0.weight (params) at step 0, rank 0"});
+    }
+  }
+}
+
 // A real trace of a small run, to damage.
 std::string WriteTrace(const TempDir& dir) {
   const std::string scenario = dir.File("s.json");
