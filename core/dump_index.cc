@@ -272,9 +272,11 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
       DDPCHECK_RETURN_IF_ERROR(Fields(gs[g], q, {{"params", Is::kIntArray, true}, {"lr", Is::kNumber}}));
       const json& idx = gs[g].at("params");
       for (size_t k = 0; k < idx.size(); ++k) {
-        if (idx[k].get<int64_t>() < 0 || static_cast<size_t>(idx[k].get<int64_t>()) >= n) {
+        // -1: a parameter the optimizer holds outside the DDP module (a frozen EMA target in the optimizer)
+        if (idx[k].get<int64_t>() < -1 || idx[k].get<int64_t>() >= static_cast<int64_t>(n)) {
           return JsonError(JsonPath(JsonPath(q, "params"), k),
-                           fmt::format("must be a parameter's index in [0, {}) (the index's /params)", n), idx[k]);
+                           fmt::format("must be a parameter's index in [0, {}) (the index's /params), or -1 for one "
+                                       "outside the module", n), idx[k]);
         }
       }
     }

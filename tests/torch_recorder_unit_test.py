@@ -14,6 +14,8 @@
     scheduler.step() and sampler.set_epoch() is no attribute of theirs) and their classes are as they were after close;
   * the user's module can be saved whole (torch.save(model.module)) and deep-copied (an EMA copy) mid-recording:
     the recorder leaves no hook on it (nor on a loss module inside it) that would drag the recorder along;
+  * the reference follows what the loop changes between steps (a loss temperature), starts each forward from the
+    buffers it started from (spectral norm's u moves in every forward) and runs none of the user's hooks;
   * the reference runs each submodule in the train/eval mode it had in the step's forward (not the mode the model
     had when the recorder copied it), and each step says which submodules were in eval mode;
   * the float64 reference of a step covers the parameters that require grad (a fine-tuned model's frozen layers
@@ -151,6 +153,22 @@ class Rows(unittest.TestCase):
             self.assertIsNone(rows.first, what)  # nothing kept, nothing assembled at close
             rows.put(9, np.array([0, 1]), torch.zeros(2, 3))  # and nothing more is kept
             self.assertIsNone(rows.first, what)
+
+
+class _TemperedMSE(nn.Module):
+    """An MSE whose temperature the loop schedules (a plain attribute, as NT-Xent's or distillation's)."""
+    def __init__(self):
+        super().__init__()
+        self.t = 1.0
+
+    def forward(self, out, y):
+        return nn.functional.mse_loss(out / self.t, y)
+
+
+def _saved(out, name):
+    """A tensor the recorder wrote, by the name the index gives it ("s0.npz/s0.grad.0.weight.npy")."""
+    archive, entry = name.split("/")
+    return np.load(os.path.join(out, "rank0", archive))[entry[:-len(".npy")]]
 
 
 class _WithCriterion(nn.Module):
@@ -443,6 +461,32 @@ class BucketTaps(unittest.TestCase):
         ix = _index(out)
         self.assertEqual(ix["ddp"]["iterations_before"], 2)
         self.assertEqual([st["step"] for st in ix["steps"]], [0, 1, 2])
+
+    def test_the_reference_follows_scheduled_settings_and_moving_buffers_and_runs_no_user_hook(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(8, 16)), nn.ReLU(), nn.Linear(16, 3))
+        calls = []
+        model[2].register_forward_hook(lambda m, i, o: calls.append(o.dtype))  # a feature extractor of the user's
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        loss_fn = _TemperedMSE()
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=loss_fn, out_dir=out, reference=True)
+        for s in range(3):
+            loss_fn.t = 1.0 + 0.5 * s  # the temperature schedule
+            opt.zero_grad()
+            (x1, y1), (x2, y2) = [(torch.randn(4, 8), torch.randn(4, 3)) for _ in range(2)]
+            loss = loss_fn(ddp(x1), y1) + loss_fn(ddp(x2), y2)  # two forwards (spectral norm's u moves in each)
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(8) + 8 * s, None, None, loss)
+        rec.close()
+        self.assertEqual(calls, [torch.float32] * 6)  # the user's hook ran in the user's forwards only
+        for st in _index(out)["steps"]:
+            self.assertNotIn("ref_note", st)
+            for name, f in st["ref_grads"].items():
+                got = _saved(out, st["grads"][name])
+                self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
 
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)

@@ -917,6 +917,7 @@ class DdpRecorder:
                 if self.ref is not None:
                     r = self.ref
                     r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
+                    r.loss_settings = []
                 if self.buckets is not None:
                     self.buckets.buckets = []
             return original(*args, **kwargs)
@@ -1169,14 +1170,14 @@ class DdpRecorder:
     def _capture(self):
         """This step's forwards as the reference saw them (inputs, RNG states, targets, starting state), taken."""
         r = self.ref
-        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable)
-        r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
+        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings)
+        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings = [], [], None, False, None, []
         return captured
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
         r = self.ref
-        r.inputs, r.targets, r.start, r.autocast, r.trainable = captured
+        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings = captured
         ref, why = r.compute(yb, rec.get("loss"))
         rec.pop("ref_note", None)
         if ref is None:
@@ -1204,7 +1205,7 @@ class DdpRecorder:
             return "Dropout(p > 0)"
         if self.scaler is not None and self.scaler.is_enabled():
             return "a GradScaler"
-        inputs, _, _, autocast, _ = captured
+        inputs, _, _, autocast, _, _ = captured
         if autocast:
             return "a forward under torch.autocast"
         if len(inputs) > 1:

@@ -304,6 +304,50 @@ def _clone(x):
     return x
 
 
+def _drop_user_hooks(module):
+    """Removes from the reference's copy the forward and backward hooks the user put on the module (a feature
+    extractor that keeps what it sees): run on the copy they would act on the user's state twice a step. Hooks of
+    torch's own (the old spectral_norm and weight_norm, which compute the weight before each forward) stay."""
+    def ours(h):
+        where = getattr(h, "__module__", None) or type(h).__module__ or ""
+        return where == "torch" or where.startswith("torch.")
+    for m in module.modules():
+        for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+            hooks = getattr(m, name, None)
+            if hooks:
+                for key in [k for k, h in hooks.items() if not ours(h)]:
+                    del hooks[key]
+
+
+_MODULE_OWN = None
+
+
+def _settings(module):
+    """Each submodule's train/eval mode and plain settings (attributes holding an int, float, bool or str that
+    torch's Module does not keep itself: a temperature, a loss weight) as they are now."""
+    global _MODULE_OWN
+    if _MODULE_OWN is None:
+        _MODULE_OWN = set(vars(nn.Module())) - {"training"}
+    if not isinstance(module, nn.Module):
+        return None
+    return [None if isinstance(m, torch.jit.ScriptModule) else
+            {k: v for k, v in vars(m).items() if k not in _MODULE_OWN and type(v) in (bool, int, float, str)}
+            for m in module.modules()]
+
+
+def _apply_settings(copy_, settings):
+    """Gives the reference's copy the settings _settings() took from the user's module (the same structure)."""
+    if settings is None:
+        return
+    copies = list(copy_.modules())
+    if len(copies) != len(settings):
+        return
+    for m, s in zip(copies, settings):
+        for k, v in (s or {}).items():
+            if type(vars(m).get(k)) is type(v):
+                vars(m)[k] = v
+
+
 class Reference:
     """float64 gradients of this rank's micro-batches, recomputed on a deep copy of the module and loss."""
 
@@ -314,9 +358,18 @@ class Reference:
             self.model = copy.deepcopy(module).double()
         except Exception as e:  # noqa: BLE001 - any module that cannot be copied: say so, record the rest
             self.note = "no single-process reference: the module cannot be deep-copied (%s)" % e
+        if self.model is not None and any(not q.is_leaf for q in self.model.parameters()):
+            # a torch.jit.script submodule's parameters, deep-copied, are not leaves (torch 1.13): no .grad
+            self.note = ("no single-process reference: the module's copy has parameters that are not leaves (a "
+                         "torch.jit.script submodule?), so their gradients cannot be recomputed")
+            self.model = None
+        if self.model is not None:
+            _drop_user_hooks(self.model)
         if isinstance(loss_fn, str):
             loss_fn = _LOSSES[loss_fn]() if loss_fn in _LOSSES else None
         self.loss = copy.deepcopy(loss_fn).double() if isinstance(loss_fn, nn.Module) else loss_fn
+        if isinstance(self.loss, nn.Module):
+            _drop_user_hooks(self.loss)
         if self.loss is None and self.note is None:
             self.note = "no single-process reference: pass loss_fn= (a module or a function of (output, target))"
         self.user_loss = loss_fn if isinstance(loss_fn, nn.Module) else None
@@ -325,6 +378,7 @@ class Reference:
         self.kwargs = None  # the keyword arguments of the forward under way (set by the recorder's DDP wrapper)
         self.trainable = None  # names of the parameters that required grad in the step's forwards
         self.targets = []  # targets the loss module saw
+        self.loss_settings = []  # the loss module's plain settings at each of those calls
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
         self.losses = []
@@ -357,10 +411,13 @@ class Reference:
             self.start = {k: v.detach().clone() for k, v in module.state_dict().items()}
             self.trainable = set()
         self.trainable |= trainable
-        # each submodule's train/eval mode as it ran (a model left in eval mode when the recorder was built, a
-        # frozen BatchNorm): the copy runs in the same modes, not in those it had when it was copied
-        modes = [m.training for m in module.modules()]
-        self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {}), modes])
+        # each submodule's train/eval mode and plain settings as it ran (a model left in eval mode when the
+        # recorder was built, a router temperature the loop anneals): the copy runs with them, not with those it
+        # had when it was copied
+        # and the buffers it starts from (spectral norm's u and v move at every training forward, a BatchNorm's
+        # statistics too; inside DDP, after its buffer broadcast)
+        buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+        self.inputs.append([_clone(args), torch.get_rng_state(), _clone(self.kwargs or {}), _settings(module), buffers])
         self.autocast = self.autocast or torch.is_autocast_cpu_enabled()
 
     def on_loss(self, _module, args):
@@ -368,14 +425,15 @@ class Reference:
         # or another model's through a shared criterion) has no gradient of this module to match.
         if len(args) >= 2 and len(self.targets) < len(self.inputs):
             self.targets.append(_clone(args[1]))
+            self.loss_settings.append(_settings(_module))  # a temperature the loop schedules
 
     def compute(self, yb, user_loss=None):
         """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts). Summed
         instead where the loss the loop passed to rec.step (user_loss) is the sum of the forwards' losses, not
         their mean: one objective over several forwards (a GAN's discriminator on real and fake), not gradient
         accumulation."""
-        inputs, targets, start = self.inputs, self.targets, self.start
-        self.inputs, self.targets, self.start = [], [], None
+        inputs, targets, start, loss_settings = self.inputs, self.targets, self.start, self.loss_settings
+        self.inputs, self.targets, self.start, self.loss_settings = [], [], None, []
         facts = {"microbatches": len(inputs), "autocast": self.autocast,
                  "rows": sum(int(a[0].shape[0]) for a, *_ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
         self.autocast = False
@@ -404,7 +462,7 @@ class Reference:
                 params[n] = q
         total = self._zeros(params)
         try:
-            self._accumulate(inputs, targets, start, params, total)
+            self._accumulate(inputs, targets, start, params, total, loss_settings)
         except Exception as e:  # noqa: BLE001 - the user's loss or model on float64: report, never break the run
             return None, "single-process reference failed: %s: %s" % (type(e).__name__, str(e).splitlines()[0])
         finally:
@@ -423,15 +481,17 @@ class Reference:
         self.recycle(total)
         return out, facts
 
-    def _accumulate(self, inputs, targets, start, params, total):
+    def _accumulate(self, inputs, targets, start, params, total, loss_settings=()):
         self.losses = []  # each forward's float64 loss
-        for (args, rng, kwargs, modes), y in zip(inputs, targets):
+        for k, ((args, rng, kwargs, settings, buffers), y) in enumerate(zip(inputs, targets)):
             with torch.no_grad():
                 self.model.load_state_dict(start)
-            copies = list(self.model.modules())
-            if len(copies) == len(modes):
-                for m, training in zip(copies, modes):
-                    m.training = training
+                for n, b in self.model.named_buffers():
+                    if n in buffers and buffers[n].shape == b.shape:
+                        b.copy_(buffers[n])
+            _apply_settings(self.model, settings)
+            if isinstance(self.loss, nn.Module) and k < len(loss_settings):
+                _apply_settings(self.loss, loss_settings[k])
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())
