@@ -131,6 +131,8 @@ Status CheckStep(const json& st, const std::string& p) {
                                    {"microbatches", Is::kInt},
                                    {"autocast", Is::kBool},
                                    {"eval_modules", Is::kStringArray},
+                                   {"trainable", Is::kString},
+                                   {"train_forwards", Is::kInt},
                                    {"join", Is::kBool},
                                    {"join_round", Is::kInt},
                                    {"after_gap", Is::kBool},

@@ -65,6 +65,8 @@ struct ProtocolStep {
   bool autocast = false;  // the step's forwards ran under torch.autocast
   bool autocast_known = false;  // the index says (older recorders said it only with a reference)
   std::optional<std::vector<std::string>> eval_modules;  // submodules in eval mode in its training forwards
+  std::optional<std::string> trainable;  // "<count>:<crc32>" of the parameters its training forwards trained
+  int64_t train_forwards = -1;  // forwards of the module with a gradient to come (-1: not recorded)
   bool after_gap = false;  // steps before it were not kept (Join's uneven tail): its previous state is unknown
 };
 

@@ -164,42 +164,61 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   if (r.ranks.size() < 2) return;
   size_t steps = 0;
   for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
-  bool autocast_checked = false, modes_checked = false;
+  enum Kind { kAutocast, kEvalModules, kTrainable, kTrainForwards };
+  const char* const kChecked[] = {
+      "the same autocast (on or off) on every rank at every step",
+      "the same train/eval mode of every submodule on every rank at every step",
+      "the same parameters trained (requires_grad) on every rank at every step",
+      "as many training forwards of the module on every rank at every step"};
+  bool checked[4] = {false, false, false, false};
   const auto list = [](const std::vector<std::string>& v) {
     return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ", "));
   };
+  const auto has = [](const ProtocolStep& st, int kind) {
+    switch (kind) {
+      case kAutocast: return st.autocast_known;
+      case kEvalModules: return st.eval_modules.has_value();
+      case kTrainable: return st.trainable.has_value();
+      default: return st.train_forwards >= 0;
+    }
+  };
+  const auto equal = [](const ProtocolStep& a, const ProtocolStep& b, int kind) {
+    switch (kind) {
+      case kAutocast: return a.autocast == b.autocast;
+      case kEvalModules: return *a.eval_modules == *b.eval_modules;
+      case kTrainable: return *a.trainable == *b.trainable;
+      default: return a.train_forwards == b.train_forwards;
+    }
+  };
+  const auto count_of = [](const std::string& digest) { return digest.substr(0, digest.find(':')); };
   for (size_t s = 0; s < steps; ++s) {
-    for (const bool autocast : {true, false}) {
+    for (int kind = kAutocast; kind <= kTrainForwards; ++kind) {
       std::vector<const ProtocolRank*> at;  // the ranks that recorded step s and say this
       for (const auto& rank : r.ranks) {
-        if (s >= rank.steps.size()) continue;
-        const ProtocolStep& st = rank.steps[s];
-        if (autocast ? st.autocast_known : st.eval_modules.has_value()) at.push_back(&rank);
+        if (s < rank.steps.size() && has(rank.steps[s], kind)) at.push_back(&rank);
       }
       if (at.size() < 2) continue;
-      (autocast ? autocast_checked : modes_checked) = true;
-      const auto same = [&](size_t i, size_t j) {
-        const ProtocolStep &a = at[i]->steps[s], &b = at[j]->steps[s];
-        return autocast ? a.autocast == b.autocast : *a.eval_modules == *b.eval_modules;
-      };
+      checked[kind] = true;
+      const auto same = [&](size_t i, size_t j) { return equal(at[i]->steps[s], at[j]->steps[s], kind); };
       const size_t base = MajorityBase(at.size(), same);
       for (size_t i = 0; i < at.size(); ++i) {
         if (same(i, base)) continue;
         const ProtocolRank& odd = *at[i];
         const ProtocolStep &st = odd.steps[s], &bs = at[base]->steps[s];
+        const char* const kTensor[] = {"autocast", "eval_modules", "trainable", "train_forwards"};
         Mismatch m;
-        m.key = {st.step, Checkpoint::kLoss, autocast ? "autocast" : "eval_modules", odd.rank};
+        m.key = {st.step, Checkpoint::kLoss, kTensor[kind], odd.rank};
         m.kind = "rank-divergent";
         m.against = fmt::format("rank {}", at[base]->rank);
         std::string why;
-        if (autocast) {
+        if (kind == kAutocast) {
           m.message = fmt::format("rank {} ran its step-{} forward {} torch.autocast and rank {} {}", odd.rank,
                                   st.step, st.autocast ? "under" : "without", at[base]->rank,
                                   st.autocast ? "without it" : "under it");
           why = fmt::format(": rank {} computes its gradient in another precision than the other ranks, so DDP "
                             "averages gradients no single process computes (the autocast context is entered on "
                             "some ranks only)", odd.rank);
-        } else {
+        } else if (kind == kEvalModules) {
           m.message = fmt::format("rank {} ran its step-{} training forward with submodules in eval mode: {}; rank "
                                   "{}: {}", odd.rank, st.step, list(*st.eval_modules), at[base]->rank,
                                   list(*bs.eval_modules));
@@ -207,14 +226,28 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
                             "(model.train() or model.eval() called on some ranks only, e.g. after a validation "
                             "that only one rank runs), so DDP averages gradients no single process computes",
                             odd.rank);
+        } else if (kind == kTrainable) {
+          m.message = fmt::format("rank {} trained {} parameter(s) in its step-{} forward and rank {} trained {}{}",
+                                  odd.rank, count_of(*st.trainable), st.step, at[base]->rank,
+                                  count_of(*bs.trainable),
+                                  count_of(*st.trainable) == count_of(*bs.trainable) ? " (other ones)" : "");
+          why = fmt::format(": requires_grad differs between the ranks (a backbone frozen or unfrozen on some ranks "
+                            "only), so DDP averages rank {}'s gradients of those parameters with the others' zeros",
+                            odd.rank);
+        } else {
+          m.message = fmt::format("rank {} ran {} training forward(s) of the module in step {} and rank {} ran {}",
+                                  odd.rank, st.train_forwards, st.step, at[base]->rank, bs.train_forwards);
+          why = fmt::format(": rank-dependent control flow (a loss term, a penalty or a micro-batch computed on "
+                            "some ranks only), so the ranks' gradients are of different objectives");
         }
         f->push_back({m, fmt::format("different-forward-path@{}", odd.rank), m.message + why, 0});
         return;
       }
     }
   }
-  if (autocast_checked) out->checked.push_back("the same autocast (on or off) on every rank at every step");
-  if (modes_checked) out->checked.push_back("the same train/eval mode of every submodule on every rank at every step");
+  for (int kind = kAutocast; kind <= kTrainForwards; ++kind) {
+    if (checked[kind]) out->checked.push_back(kChecked[kind]);
+  }
 }
 
 // Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.

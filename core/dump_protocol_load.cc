@@ -70,6 +70,8 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->autocast_known = st.contains("autocast");
   s->after_gap = st.value("after_gap", false);
   if (st.contains("eval_modules")) s->eval_modules = st.at("eval_modules").get<std::vector<std::string>>();
+  if (st.contains("trainable")) s->trainable = st.at("trainable").get<std::string>();
+  s->train_forwards = st.value("train_forwards", int64_t{-1});
   if (st.contains("loss") && st.at("loss").is_number()) s->loss = st.at("loss").get<double>();
   if (st.contains("ref_loss") && st.at("ref_loss").is_number()) s->ref_loss = st.at("ref_loss").get<double>();
   s->ref_note = Str(st, "ref_note");

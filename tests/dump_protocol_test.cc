@@ -169,6 +169,29 @@ TEST(CheckProtocol, EvalModeOnSomeRanksOnlyNamesTheRankThatDiffers) {
       << res.result.first->message;
 }
 
+// Parameters trained on some ranks only (a backbone unfrozen on rank 0 alone) and a training forward more on one rank
+// (a penalty computed there only) are different-forward-path at their first step, naming the rank that differs.
+TEST(CheckProtocol, TrainedParametersOrTrainingForwardsThatDifferBetweenRanksNameTheRank) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  for (auto& rank : r.ranks) {
+    rank.steps[0].trainable = "2:0badf00d";
+    rank.steps[0].train_forwards = 2;
+  }
+  EXPECT_TRUE(CheckProtocol(r).result.pass);
+  ProtocolRecords t = r;
+  t.ranks[0].steps[0].trainable = "5:12345678";
+  ProtocolResult res = CheckProtocol(t);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "different-forward-path@0");
+  EXPECT_NE(res.result.first->message.find("rank 0 trained 5 parameter(s)"), std::string::npos) << res.result.first->message;
+  ProtocolRecords g = r;
+  g.ranks[1].steps[0].train_forwards = 3;
+  res = CheckProtocol(g);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "different-forward-path@1");
+  EXPECT_EQ(res.result.first->key.tensor, "train_forwards");
+}
+
 // A rank whose lr differs is counted as a comparison of the lr, so the table never shows more failures than
 // tensors compared.
 TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {

@@ -701,6 +701,7 @@ AUTO_NOTE = ("reference='auto': not recomputed, the run is replayed: ddpcheck's 
 
 
 _TAPS = _protocol._TAPS  # the objects whose methods the recorder taps (tests look at it)
+_OPEN_DIRS = set()  # the rank folders open recorders write into (one recorder per folder)
 _tap = _protocol.tap
 
 
@@ -736,7 +737,15 @@ class DdpRecorder:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.dir = os.path.join(out_dir, "rank%d" % self.rank)
+        key = os.path.realpath(self.dir)
+        if key in _OPEN_DIRS:
+            # one recording per folder: a second recorder (the generator's beside the discriminator's) would write
+            # over the first's files and index
+            raise ValueError("DdpRecorder: out_dir %r is already being recorded into by another DdpRecorder in this "
+                             "process; give each recorder its own folder (out_dir='dump/D', out_dir='dump/G')" % out_dir)
         os.makedirs(self.dir, exist_ok=True)
+        _OPEN_DIRS.add(key)
+        self._dir_key = key
         # An earlier recording in the same folder: its files go now, so a run that then dies before close() leaves
         # no index of the earlier one to be read with this one's archives. Only the recorder's own file names.
         for name in os.listdir(self.dir):
@@ -775,7 +784,7 @@ class DdpRecorder:
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
         self._fwd_buffers = None
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
@@ -831,7 +840,8 @@ class DdpRecorder:
         # bound method of the recorder drags the recorder (its threads, locks and files) along: torch.save(model.module),
         # torch.save(ddp) and copy.deepcopy(model.module) for an EMA copy failed ("cannot pickle '_thread.RLock'").
         self._in_ddp = 0  # DDP forwards under way (the module's forward inside one runs after DDP's buffer broadcast)
-        self._hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward)]
+        self._hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward),
+                       torch.nn.modules.module.register_module_forward_hook(self._on_any_output)]
         if self.buckets is not None:
             self._unwraps.append(self.buckets.untap)
         self._wrap_ddp_forward(ddp_model)
@@ -912,12 +922,12 @@ class DdpRecorder:
 
         def zero_grad(original, *args, **kwargs):
             if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
-                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
+                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
                 self._fwd_buffers = None
                 if self.ref is not None:
                     r = self.ref
                     r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
-                    r.loss_settings = []
+                    r.loss_settings, r.loss_outputs = [], []
                 if self.buckets is not None:
                     self.buckets.buckets = []
             return original(*args, **kwargs)
@@ -950,13 +960,24 @@ class DdpRecorder:
         elif self.ref is not None and module is self.ref.user_loss:
             self.ref.on_loss(module, inputs)
 
+    def _on_any_output(self, module, _inputs, output):
+        """The global forward hook: the value of the user's loss module (what the reference's loss stands for)."""
+        if self.ref is not None and module is self.ref.user_loss:
+            self.ref.on_loss_output(module, output)
+
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
         self._counts["module"] += 1
         if torch.is_grad_enabled() and _autocast_enabled():
             self._counts["autocast"] += 1  # a forward with a gradient to come, under torch.autocast
+        if torch.is_grad_enabled():
+            self._counts["train"] += 1  # forwards with a gradient to come: the ranks must run as many
         if torch.is_grad_enabled() and self._counts["eval"] is None:  # the submodules in eval mode as it trains
             self._counts["eval"] = [n or "(the model)" for n, m in module.named_modules() if not m.training]
+            # which parameters it trains: "<count>:<crc32 of their names>" (a backbone unfrozen on one rank only)
+            names = "\n".join(n for n, q in module.named_parameters() if q.requires_grad)
+            self._counts["trainable"] = "%d:%08x" % (names.count("\n") + 1 if names else 0,
+                                                     zlib.crc32(names.encode("utf-8")))
         if self._fwd_buffers is None and (self._in_ddp > 0 or self.ddp is self.module):
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
         if self.ref is not None:
@@ -1090,6 +1111,8 @@ class DdpRecorder:
                "autocast": self._counts["autocast"] > 0}
         if self._counts["eval"] is not None:
             rec["eval_modules"] = self._counts["eval"]  # the ranks must agree (BatchNorm in eval on one rank)
+            rec["trainable"] = self._counts["trainable"]
+            rec["train_forwards"] = self._counts["train"]
         join = getattr(self.ddp, "_join_config", None)
         if join is not None and getattr(join, "enable", False):
             # inside torch.distributed.algorithms.Join: the ranks may run uneven numbers of steps. Each `with Join`
@@ -1164,20 +1187,21 @@ class DdpRecorder:
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
         self._fwd_buffers = None
 
     def _capture(self):
         """This step's forwards as the reference saw them (inputs, RNG states, targets, starting state), taken."""
         r = self.ref
-        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings)
-        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings = [], [], None, False, None, []
+        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings, r.loss_outputs)
+        r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
+        r.loss_settings, r.loss_outputs = [], []
         return captured
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
         r = self.ref
-        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings = captured
+        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings, r.loss_outputs = captured
         ref, why = r.compute(yb, rec.get("loss"))
         rec.pop("ref_note", None)
         if ref is None:
@@ -1205,7 +1229,7 @@ class DdpRecorder:
             return "Dropout(p > 0)"
         if self.scaler is not None and self.scaler.is_enabled():
             return "a GradScaler"
-        inputs, _, _, autocast, _, _ = captured
+        inputs, _, _, autocast, _, _, _ = captured
         if autocast:
             return "a forward under torch.autocast"
         if len(inputs) > 1:
@@ -1233,6 +1257,7 @@ class DdpRecorder:
 
     # -- output --------------------------------------------------------------------------------------------
     def close(self):
+        _OPEN_DIRS.discard(getattr(self, "_dir_key", None))
         for h in self._hooks:
             h.remove()
         for undo in getattr(self, "_unwraps", []):

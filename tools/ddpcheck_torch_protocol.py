@@ -319,6 +319,32 @@ def _drop_user_hooks(module):
                     del hooks[key]
 
 
+def _changed_loss(user_loss, outputs, forwards):
+    """Why the reference cannot stand for the loop's objective, or None: the loss the loop passed to rec.step() is
+    neither the loss module's value (summed or averaged over the step's forwards, or one forward's) nor a clean
+    multiple of it (a
+    whole factor, or p/q with q <= 8: a scaled loss, whose factor the checks read), so the loop adds terms (a
+    regularizer, a penalty) the reference, which computes the loss module's gradient, does not know."""
+    if not isinstance(user_loss, float) or not math.isfinite(user_loss) or not outputs or None in outputs \
+            or len(outputs) != forwards:
+        return None
+    whole = sum(outputs)
+    # the step's objective, summed or averaged over its forwards, or one forward's value (a loop with micro-batches
+    # passes the last micro-batch's loss, divided by the window or not)
+    for base in [whole, whole / len(outputs)] + list(outputs):
+        if base == 0:
+            continue
+        r = user_loss / base
+        for q in range(1, 9):
+            p = round(r * q)
+            if p != 0 and abs(r - p / q) <= 1e-5 * abs(r):
+                return None
+    return ("the loss passed to rec.step() (%.9g) is not the loss module's value (%.9g over %d forward(s)) or a "
+            "clean multiple of it: the loop adds terms (a regularizer, a penalty) that the reference, the loss "
+            "module's gradient, does not know; pass loss_fn= a function of (output, target) computing the whole "
+            "loss" % (user_loss, whole, len(outputs)))
+
+
 _MODULE_OWN = None
 
 
@@ -379,6 +405,7 @@ class Reference:
         self.trainable = None  # names of the parameters that required grad in the step's forwards
         self.targets = []  # targets the loss module saw
         self.loss_settings = []  # the loss module's plain settings at each of those calls
+        self.loss_outputs = []  # the loss module's value at each of those calls (floats)
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
         self.losses = []
@@ -426,6 +453,14 @@ class Reference:
         if len(args) >= 2 and len(self.targets) < len(self.inputs):
             self.targets.append(_clone(args[1]))
             self.loss_settings.append(_settings(_module))  # a temperature the loop schedules
+            self._loss_pending = True
+
+    def on_loss_output(self, _module, output):
+        """The loss module's value for the call on_loss took (compared with what the loop passes to rec.step)."""
+        if getattr(self, "_loss_pending", False):
+            self._loss_pending = False
+            ok = torch.is_tensor(output) and output.numel() == 1
+            self.loss_outputs.append(float(output.detach()) if ok else None)
 
     def compute(self, yb, user_loss=None):
         """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts). Summed
@@ -433,6 +468,7 @@ class Reference:
         their mean: one objective over several forwards (a GAN's discriminator on real and fake), not gradient
         accumulation."""
         inputs, targets, start, loss_settings = self.inputs, self.targets, self.start, self.loss_settings
+        outputs, self.loss_outputs = self.loss_outputs, []
         self.inputs, self.targets, self.start, self.loss_settings = [], [], None, []
         facts = {"microbatches": len(inputs), "autocast": self.autocast,
                  "rows": sum(int(a[0].shape[0]) for a, *_ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
@@ -449,9 +485,16 @@ class Reference:
                 # Micro-batches cut from the step's batch in order (a loss function, not a module, sees the
                 # targets): rec.step()'s yb split by each forward's rows.
                 targets = list(torch.split(yb, rows))
+            elif len(targets) < len(inputs) and targets:
+                return None, ("%d forwards but the loss module was called on %d of them (a loss over several "
+                              "forwards' outputs, as contrastive learning's, or forwards that are not the step's): the "
+                              "reference needs one loss call per forward" % (len(inputs), len(targets)))
             else:
                 return None, ("%d forwards but %d targets: pass the loss module you call as loss_fn=, or yb to "
                               "rec.step()" % (len(inputs), len(targets)))
+        changed = _changed_loss(user_loss, outputs, len(inputs))
+        if changed:
+            return None, changed
         keep = torch.get_rng_state()
         # Only the parameters that require grad (frozen layers of a fine-tuned model have none, in the run too).
         trainable = self.trainable if self.trainable is not None else {n for n, _ in self.model.named_parameters()}
