@@ -267,6 +267,21 @@ Status ToLayer(const nlohmann::json& j, size_t i, LayerSpec* l, std::string* uns
   return Status::Ok();
 }
 
+// DataLoader(drop_last=True), which the recorder cannot see, where the batch does not divide the shard: the first
+// epoch the recorded epochs show ended after floor(shard / batch) steps where ceil would be one more; or, with no
+// epoch change recorded (set_epoch never called), the step at floor(shard / batch), where the short last batch
+// would be, holds a whole batch.
+bool DropsLastBatch(const TorchDump& d, int64_t shard, int64_t batch) {
+  if (batch < 1 || shard % batch == 0) return false;
+  const auto& steps = d.ranks[0].index.value("steps", nlohmann::json::array());
+  for (size_t i = 1; i < steps.size(); ++i) {
+    const int64_t e0 = steps[0].value("epoch", int64_t{0}), e = steps[i].value("epoch", int64_t{0});
+    if (e != e0) return static_cast<int64_t>(i) == shard / batch;
+  }
+  const Tensor* at = d.trace.Find({shard / batch, Checkpoint::kSampler, "indices", d.ranks[0].rank});
+  return at != nullptr && static_cast<int64_t>(at->data.size()) == batch;
+}
+
 Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) {
   const nlohmann::json& ix = d.ranks[0].index;
   s->name = "torch dump " + d.dir;
@@ -365,18 +380,8 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   }
   cfg.world = d.world;
   cfg.drop_last = s->sampler.drop_last;
-  // DataLoader(drop_last=True), which the recorder cannot see: the recorded epochs show it, a first epoch that
-  // ended after floor(shard / batch) steps where ceil would be one more.
   const int64_t shard = NumSamples(cfg);
-  if (shard % s->batch_size != 0) {
-    const auto& steps = d.ranks[0].index.value("steps", nlohmann::json::array());
-    for (size_t i = 1; i < steps.size(); ++i) {
-      const int64_t e0 = steps[0].value("epoch", int64_t{0}), e = steps[i].value("epoch", int64_t{0});
-      if (e == e0) continue;
-      s->sampler.drop_last_batch = static_cast<int64_t>(i) == shard / s->batch_size;
-      break;
-    }
-  }
+  s->sampler.drop_last_batch = DropsLastBatch(d, shard, s->batch_size);
   const int64_t per_epoch = std::max<int64_t>(1, BatchesPerEpoch(shard, s->batch_size, s->sampler.drop_last_batch));
   s->epochs = std::max<int64_t>(1, (d.steps + per_epoch - 1) / per_epoch);
   s->steps = d.steps;
@@ -599,11 +604,11 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir + "/rank0", ec)) {
       const std::string name = e.path().filename().string();
-      archives += name.size() > 5 && name[0] == 's' && name.ends_with(".npz") ? 1 : 0;
+      archives += name.ends_with(".npz") || name == "run.json" ? 1 : 0;  // init.npz, s<k>.npz: the recorder's
     }
     if (!ec && archives > 0) {
       return Status::NotFound(fmt::format(
-          "{}/rank0/index.json: not found, but {} step archive(s) are: the recording never closed (the run raised "
+          "{}/rank0/index.json: not found, but {} file(s) of a recording are: the recording never closed (the run raised "
           "outside `with DdpRecorder(...)`, was killed, or did not call rec.close()); record with `with "
           "DdpRecorder(...) as rec:` so an exception closes it, or rerun to the end",
           dir, archives));
@@ -712,6 +717,11 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
       int64_t len = 0;  // read by the sampler evidence rules
       DDPCHECK_RETURN_IF_ERROR(
           IndexInt(sm.at("len"), "/sampler/len", 0, kMaxSamples, &len).Prefixed(dir + "/rank0/index.json"));
+      SamplerConfig c;
+      c.n = len;
+      c.world = out->world;
+      c.drop_last = out->scenario.sampler.drop_last;
+      out->scenario.sampler.drop_last_batch = DropsLastBatch(*out, NumSamples(c), out->scenario.batch_size);
     }
     out->scenario.ddp.broadcast_buffers = ix.value("ddp", nlohmann::json::object()).value("broadcast_buffers", true);
     return Finite(*out, dir);

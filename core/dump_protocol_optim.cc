@@ -234,8 +234,13 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
           auto m = CompareElementwise({st.step, Checkpoint::kParams, name, rank.rank}, after->data, want,
                                       std::vector<double>(want.size(), 0.0), "the optimizer update (core/optimizer.h)");
           if (!m) continue;
-          m->message = fmt::format("{} after the step is not {}'s update of the previous parameters with the recorded "
-                                   "gradient, state and lr {}", name, r.optimizer_type, lr);
+          m->message = st.optimizer_steps == 0
+                           ? fmt::format("{} changed in a step in which the recorded optimizer ({}) did not step: "
+                                         "another optimizer stepped it (one made after the recorder: give that one "
+                                         "to a new DdpRecorder) or the loop changed it by hand",
+                                         name, r.optimizer_type)
+                           : fmt::format("{} after the step is not {}'s update of the previous parameters with the "
+                                         "recorded gradient, state and lr {}", name, r.optimizer_type, lr);
           f->push_back({*m, "", m->message, 6});
           reported = true;
           break;

@@ -232,9 +232,12 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       const std::string factor = all ? FactorPattern(every_near, micro, r.world) : "";
       if (factor == "grad-accum-normalisation") {
         fi.pattern = factor;
-        fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: the "
-                                     "accumulated micro-batch losses were not divided by the window",
-                                     local[0].scale, micro);
+        fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: {}",
+                                     local[0].scale, micro,
+                                     local[0].scale > 1
+                                         ? "the accumulated micro-batch losses were not divided by the window"
+                                         : "the micro-batch losses were divided by the window twice (or by more "
+                                           "than the window)");
       } else if (factor == "loss-times-world") {
         fi.pattern = factor;
         fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "
@@ -294,8 +297,10 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       }
       if (fi.pattern == "grad-accum-normalisation") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the mean over the step's {} micro-batches: "
-                                     "the accumulated micro-batch losses were not divided by the window",
-                                     red.scale, micro);
+                                     "{}", red.scale, micro,
+                                     red.scale > 1 ? "the accumulated micro-batch losses were not divided by the window"
+                                                   : "the micro-batch losses were divided by the window twice (or by "
+                                                     "more than the window)");
       } else if (fi.pattern == "loss-times-world") {
         fi.explanation = fmt::format("the reduced gradient is {:.4g} x the single-process gradient = W: the loss was "
                                      "multiplied by the world size (DDP already averages)", red.scale);

@@ -779,6 +779,7 @@ class DdpRecorder:
         self.broken = None  # why the recorder stopped recording (it failed), with its step
         self._join_rounds = []  # DDP's join configs seen, one per `with Join(...)` the steps ran in
         self._warned_empty = False  # a rec.step() with nothing since the last was ignored (said once)
+        self._partial_at = None  # the first step whose batch was shorter than batch_size
         self.dataset = None
         self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
@@ -1086,6 +1087,8 @@ class DdpRecorder:
             idx = torch.as_tensor(batch_indices).to(torch.int64).reshape(-1)
         if self.batch_size is None and idx.numel():
             self.batch_size = int(idx.numel())
+        if self._partial_at is None and self.batch_size and 0 < idx.numel() < self.batch_size:
+            self._partial_at = s  # the first batch shorter than the others: the DataLoader keeps its last batch
         # One copy of the batch (kept while a row of it is the latest of its index).
         rows = idx.numpy() if (xb is not None or yb is not None) and idx.numel() else None
         if rows is not None and rows.min() < 0:
@@ -1243,7 +1246,8 @@ class DdpRecorder:
     def _cadence_ok(self, k, s, epoch=None, prev_epoch=None):
         """k scheduler steps before step s: none, or every scheduler once at an epoch's start (what the replay does):
         the first step of an epoch the sampler was moved to (set_epoch; a DataLoader(drop_last=True) ends an epoch
-        a batch early), or, without epochs recorded, every ceil(len(sampler) / batch) steps."""
+        a batch early), or, without epochs recorded, every ceil(len(sampler) / batch) steps (floor while every batch
+        up to step s was full: DataLoader(drop_last=True) drops the short last batch of each epoch)."""
         if k == 0:
             return True
         if k != len(self.schedulers):
@@ -1252,7 +1256,9 @@ class DdpRecorder:
             return True
         per_epoch = None
         if self.sampler is not None and self.batch_size:
-            per_epoch = max(1, math.ceil(len(self.sampler) / self.batch_size))
+            whole = self._partial_at is None or self._partial_at > s
+            per_epoch = max(1, (len(self.sampler) // self.batch_size) if whole else
+                            math.ceil(len(self.sampler) / self.batch_size))
         return bool(per_epoch and s % per_epoch == 0)
 
     # -- output --------------------------------------------------------------------------------------------

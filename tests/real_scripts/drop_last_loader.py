@@ -4,7 +4,9 @@ DistributedSampler with set_epoch) with a DataLoader(drop_last=True) over 10 row
 epoch ends a batch early, so the scheduler steps after 2 batches, not ceil(10 / 4) = 3. ddpcheck infers the dropped
 batch from the recorded epochs and replays the run.
 
-    --mistakes none,loss-times-world
+    --mistakes none,loss-times-world,skip-set-epoch
+  skip-set-epoch   set_epoch never called: the recorded epochs then never change, and the dropped batch shows in
+                   the step where the short last batch would be holding a whole batch
 """
 import argparse
 import os
