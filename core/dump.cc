@@ -592,6 +592,26 @@ Status Finite(const TorchDump& d, const std::string& dir) {
 
 }  // namespace
 
+// The error another rank's index recorded, as "; rank q raised at step s: Type: message" ("" when none): usually
+// why rank `missing` left no index (mp.spawn terminates the other ranks when one raises, before their recorders
+// close), said in the same line.
+std::string RecordedCause(const std::string& dir, int world, int missing) {
+  for (int q = 0; q < world && fs::is_directory(dir + "/rank" + std::to_string(q)); ++q) {
+    nlohmann::json ix;
+    if (q == missing || !fs::exists(dir + "/rank" + std::to_string(q) + "/index.json") ||
+        !ReadIndex(dir + "/rank" + std::to_string(q) + "/index.json", &ix).ok()) {
+      continue;
+    }
+    if (!ix.contains("error") || !ix.at("error").is_object()) continue;
+    const nlohmann::json& e = ix.at("error");
+    const auto str = [&](const char* k) { return e.contains(k) && e.at(k).is_string() ? e.at(k).get<std::string>() : ""; };
+    return fmt::format("; rank {} raised at step {}: {}: {}", q,
+                       e.contains("step") && e.at("step").is_number_integer() ? e.at("step").get<int64_t>() : 0,
+                       str("type"), str("message").substr(0, 300));
+  }
+  return "";
+}
+
 Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   *out = TorchDump();
   out->dir = dir;
@@ -610,8 +630,8 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
       return Status::NotFound(fmt::format(
           "{}/rank0/index.json: not found, but {} file(s) of a recording are: the recording never closed (the run raised "
           "outside `with DdpRecorder(...)`, was killed, or did not call rec.close()); record with `with "
-          "DdpRecorder(...) as rec:` so an exception closes it, or rerun to the end",
-          dir, archives));
+          "DdpRecorder(...) as rec:` so an exception closes it, or rerun to the end{}",
+          dir, archives, RecordedCause(dir, kMaxWorld, 0)));
     }
   }
   DDPCHECK_RETURN_IF_ERROR(ReadIndex(dir + "/rank0/index.json", &r0.index));
@@ -621,9 +641,10 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   out->world = static_cast<int>(world);
   for (int r = 0; r < out->world; ++r) {  // every rank's index first: a missing rank is the headline
     if (!fs::exists(dir + "/rank" + std::to_string(r) + "/index.json")) {
+      const std::string cause = RecordedCause(dir, out->world, r);
       return Status::NotFound(fmt::format("{}/rank{}/index.json: not found: world_size is {} but rank {} left no "
-                                          "index (its process died before the recorder closed?)",
-                                          dir, r, out->world, r));
+                                          "index (its process died before the recorder closed?){}",
+                                          dir, r, out->world, r, cause));
     }
   }
   std::vector<nlohmann::json> indexes(static_cast<size_t>(out->world));

@@ -396,6 +396,19 @@ TEST(BadRecordedInput, NonFiniteParametersOfAProtocolOnlyDumpAreAFindingAndAMask
   }
 }
 
+// A rank that left no index (mp.spawn terminates the other ranks when one raises) is named with the error another
+// rank recorded: the cause, in the same line.
+TEST(BadRecordedInput, AMissingRankIsNamedWithTheErrorAnotherRankRecorded) {
+  TempDir dir;
+  json ix = WriteDump(dir.path());
+  ix["world_size"] = 2;
+  ix["error"] = {{"step", 1}, {"type", "RuntimeError"}, {"message", "Expected to have finished reduction"}};
+  testing::WriteFile(dir.File("rank0/index.json"), ix.dump());
+  std::filesystem::create_directories(dir.File("rank1"));
+  ExpectNamed(testing::RunCli("torch-compare -q '" + dir.path() + "'"), 2,
+              {"rank1/index.json: not found", "rank 0 raised at step 1: RuntimeError: Expected to have finished"});
+}
+
 // A real trace of a small run, to damage.
 std::string WriteTrace(const TempDir& dir) {
   const std::string scenario = dir.File("s.json");
