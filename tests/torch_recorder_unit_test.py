@@ -488,6 +488,29 @@ class BucketTaps(unittest.TestCase):
                 got = _saved(out, st["grads"][name])
                 self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
 
+    def test_training_after_close_is_unchanged_and_keeps_nothing(self):
+        def train(record):
+            torch.manual_seed(0)
+            ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 2)))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=tempfile.mkdtemp()) \
+                if record else None
+            g = torch.Generator().manual_seed(1)
+            for s in range(6):
+                opt.zero_grad()
+                x = torch.randn(4, 4, generator=g)
+                nn.MSELoss()(ddp(x), torch.randn(4, 2, generator=g)).backward()
+                opt.step()
+                if rec is not None and s < 3:
+                    rec.step(torch.arange(4), x)
+                if rec is not None and s == 2:
+                    rec.close()  # the loop trains on
+            return [q.detach().clone() for q in ddp.parameters()], rec
+        plain, _ = train(False)
+        recorded, rec = train(True)
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(plain, recorded)))
+        self.assertEqual(rec.buckets.buckets, [])  # DDP's comm hook stays registered but keeps nothing
+
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))

@@ -953,18 +953,27 @@ class DdpRecorder:
             self.buckets.arm()
 
     def _on_any_forward(self, module, inputs):
-        """The global forward pre-hook (every module's forward calls it): DDP, the user's module and loss module."""
-        if module is self.ddp:
-            self._on_ddp_forward(module, inputs)
-        if module is self.module:
-            self._on_module_forward(module, inputs)
-        elif self.ref is not None and module is self.ref.user_loss:
-            self.ref.on_loss(module, inputs)
+        """The global forward pre-hook (every module's forward calls it): DDP, the user's module and loss module.
+        A failure of the recorder's here stops the recording, never the user's forward."""
+        if module is not self.ddp and module is not self.module and (self.ref is None or module is not self.ref.user_loss):
+            return
+        try:
+            if module is self.ddp:
+                self._on_ddp_forward(module, inputs)
+            if module is self.module:
+                self._on_module_forward(module, inputs)
+            elif self.ref is not None and module is self.ref.user_loss:
+                self.ref.on_loss(module, inputs)
+        except Exception as e:  # noqa: BLE001 - the recorder's own failure: recording stops, training goes on
+            self._break(len(self.steps), e)
 
     def _on_any_output(self, module, _inputs, output):
         """The global forward hook: the value of the user's loss module (what the reference's loss stands for)."""
         if self.ref is not None and module is self.ref.user_loss:
-            self.ref.on_loss_output(module, output)
+            try:
+                self.ref.on_loss_output(module, output)
+            except Exception as e:  # noqa: BLE001 - as above
+                self._break(len(self.steps), e)
 
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
@@ -1061,6 +1070,8 @@ class DdpRecorder:
             h.remove()
         for undo in self._unwraps:
             undo()
+        if self.buckets is not None:
+            self.buckets.stopped, self.buckets.buckets = True, []
         if self.ref is not None:
             self.ref.inputs, self.ref.targets, self.ref.start = [], [], None
 
@@ -1264,6 +1275,8 @@ class DdpRecorder:
     # -- output --------------------------------------------------------------------------------------------
     def close(self):
         _OPEN_DIRS.discard(getattr(self, "_dir_key", None))
+        if getattr(self, "buckets", None) is not None:  # training may go on after close(): keep nothing more
+            self.buckets.stopped, self.buckets.buckets = True, []
         for h in self._hooks:
             h.remove()
         for undo in getattr(self, "_unwraps", []):

@@ -133,6 +133,7 @@ class BucketTap:
         self.user = None  # (state, hook) the user registered through the patched method
         self._before = ""  # the name of a hook registered before the recorder (DDP's logging data), if any
         self.registered = False
+        self.stopped = False  # set when the recorder closes or fails: the hook then keeps nothing
         self.note = None
         self.buckets = []  # this step's entries: index, params (indices), tensors, local copy, reduced
         self._lazy = not bool(getattr(ddp, "gradient_as_bucket_view", False))
@@ -182,6 +183,12 @@ class BucketTap:
                 e["reduced"], e["pending"] = e["reduced"].detach().clone(), False
 
     def _hook(self, _state, bucket):
+        if self.stopped:  # the recorder stopped (closed, or failed): DDP's own all-reduce, nothing kept
+            if self.user is not None:
+                return self.user[1](self.user[0], bucket)
+            buf = bucket.buffer()
+            buf.mul_(1.0 / self.world)
+            return _dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
         tensors = list(bucket.parameters())
         idx = [self.param_index.get(id(p), -1) for p in tensors]
         buf = bucket.buffer()
