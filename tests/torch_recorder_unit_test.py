@@ -511,6 +511,28 @@ class BucketTaps(unittest.TestCase):
         self.assertTrue(all(torch.equal(a, b) for a, b in zip(plain, recorded)))
         self.assertEqual(rec.buckets.buckets, [])  # DDP's comm hook stays registered but keeps nothing
 
+    def test_only_forwards_a_backward_went_through_are_the_steps_training_forwards(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+        for s in range(2):
+            model.eval()
+            ddp.module(torch.randn(4, 4))  # a logging forward in eval mode, grad enabled, no backward
+            model.train()
+            opt.zero_grad()
+            x = torch.randn(4, 4)
+            nn.MSELoss()(ddp(x), torch.randn(4, 2)).backward()
+            opt.step()
+            rec.step(torch.arange(4), x)
+        rec.close()
+        for st in _index(out)["steps"]:
+            self.assertEqual(st["train_forwards"], 1)
+            self.assertEqual(st["eval_modules"], [])  # the modes of the forward that trained, not the logging one
+            self.assertEqual(st["trainable"].split(":")[0], "6")
+
     def test_the_reference_covers_the_parameters_that_require_grad(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))

@@ -705,6 +705,20 @@ _OPEN_DIRS = set()  # the rank folders open recorders write into (one recorder p
 _tap = _protocol.tap
 
 
+def _first_grad_tensor(x, depth=0):
+    """The first tensor requiring grad in a module's output (a tensor, or one inside a tuple, list or dict)."""
+    if torch.is_tensor(x):
+        return x if x.requires_grad else None
+    if depth > 3:
+        return None
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    for v in items:
+        t = _first_grad_tensor(v, depth + 1)
+        if t is not None:
+            return t
+    return None
+
+
 def _autocast_enabled():
     """Whether a forward now runs under torch.autocast (CPU or CUDA)."""
     return bool(torch.is_autocast_enabled() or getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
@@ -785,7 +799,7 @@ class DdpRecorder:
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
         self._fwd_buffers = None
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
@@ -923,7 +937,7 @@ class DdpRecorder:
 
         def zero_grad(original, *args, **kwargs):
             if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
-                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
+                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
                 self._fwd_buffers = None
                 if self.ref is not None:
                     r = self.ref
@@ -968,7 +982,16 @@ class DdpRecorder:
             self._break(len(self.steps), e)
 
     def _on_any_output(self, module, _inputs, output):
-        """The global forward hook: the value of the user's loss module (what the reference's loss stands for)."""
+        """The global forward hook: marks a training forward of the user's module whose output a backward goes
+        through; the value of the user's loss module (what the reference's loss stands for)."""
+        if module is self.module and torch.is_grad_enabled() and self._counts["fwds"]:
+            try:
+                out = _first_grad_tensor(output)
+                if out is not None:
+                    entry = self._counts["fwds"][-1]
+                    out.register_hook(lambda g: entry.__setitem__("backward", True))
+            except Exception as e:  # noqa: BLE001 - the recorder's own failure: recording stops, training goes on
+                self._break(len(self.steps), e)
         if self.ref is not None and module is self.ref.user_loss:
             try:
                 self.ref.on_loss_output(module, output)
@@ -981,13 +1004,15 @@ class DdpRecorder:
         if torch.is_grad_enabled() and _autocast_enabled():
             self._counts["autocast"] += 1  # a forward with a gradient to come, under torch.autocast
         if torch.is_grad_enabled():
-            self._counts["train"] += 1  # forwards with a gradient to come: the ranks must run as many
-        if torch.is_grad_enabled() and self._counts["eval"] is None:  # the submodules in eval mode as it trains
-            self._counts["eval"] = [n or "(the model)" for n, m in module.named_modules() if not m.training]
-            # which parameters it trains: "<count>:<crc32 of their names>" (a backbone unfrozen on one rank only)
+            # How this forward ran: its submodules in eval mode, the parameters it trains ("<count>:<crc32 of their
+            # names>") and autocast. The step's record takes the forwards a backward went through (marked by a hook
+            # on their output, _on_any_output): the ranks must agree on those; an evaluation with grad enabled on one
+            # rank (a logging forward without torch.no_grad) has no backward and is not one of them.
             names = "\n".join(n for n, q in module.named_parameters() if q.requires_grad)
-            self._counts["trainable"] = "%d:%08x" % (names.count("\n") + 1 if names else 0,
-                                                     zlib.crc32(names.encode("utf-8")))
+            self._counts["fwds"].append({
+                "eval": [n or "(the model)" for n, m in module.named_modules() if not m.training],
+                "trainable": "%d:%08x" % (names.count("\n") + 1 if names else 0, zlib.crc32(names.encode("utf-8"))),
+                "autocast": _autocast_enabled(), "backward": False})
         if self._fwd_buffers is None and (self._in_ddp > 0 or self.ddp is self.module):
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
         if self.ref is not None:
@@ -1123,10 +1148,12 @@ class DdpRecorder:
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"],
                # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
                "autocast": self._counts["autocast"] > 0}
-        if self._counts["eval"] is not None:
-            rec["eval_modules"] = self._counts["eval"]  # the ranks must agree (BatchNorm in eval on one rank)
-            rec["trainable"] = self._counts["trainable"]
-            rec["train_forwards"] = self._counts["train"]
+        trained = [f for f in self._counts["fwds"] if f["backward"]]  # the forwards a backward went through
+        if trained:  # the ranks must agree (BatchNorm in eval or a backbone unfrozen on one rank, a penalty forward)
+            rec["eval_modules"] = trained[0]["eval"]
+            rec["trainable"] = trained[0]["trainable"]
+            rec["train_forwards"] = len(trained)
+            rec["autocast"] = any(f["autocast"] for f in trained)
         join = getattr(self.ddp, "_join_config", None)
         if join is not None and getattr(join, "enable", False):
             # inside torch.distributed.algorithms.Join: the ranks may run uneven numbers of steps. Each `with Join`
@@ -1201,7 +1228,7 @@ class DdpRecorder:
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "eval": None, "train": 0, "trainable": None}
+        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
         self._fwd_buffers = None
 
     def _capture(self):
