@@ -273,7 +273,7 @@ Status ToLayer(const nlohmann::json& j, size_t i, LayerSpec* l, std::string* uns
 // would be, holds a whole batch.
 bool DropsLastBatch(const TorchDump& d, int64_t shard, int64_t batch) {
   if (batch < 1 || shard % batch == 0) return false;
-  const auto& steps = d.ranks[0].index.value("steps", nlohmann::json::array());
+  const nlohmann::json& steps = d.ranks[0].index.at("steps");
   for (size_t i = 1; i < steps.size(); ++i) {
     const int64_t e0 = steps[0].value("epoch", int64_t{0}), e = steps[i].value("epoch", int64_t{0});
     if (e != e0) return static_cast<int64_t>(i) == shard / batch;
@@ -389,7 +389,7 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   // first recorded batch is batch j > 0 of its DistributedSampler shard, where the replay draws batch 0. Not a
   // mistake of the run: it is checked by protocol (a first batch that is no batch of the shard is left to the
   // checks: a sampler mistake).
-  const nlohmann::json steps0 = d.ranks[0].index.value("steps", nlohmann::json::array());
+  const nlohmann::json& steps0 = d.ranks[0].index.at("steps");
   const Tensor* first = d.trace.Find({0, Checkpoint::kSampler, "indices", 0});
   if (first != nullptr && !first->data.empty() && !steps0.empty() && steps0[0].contains("epoch") &&
       steps0[0].at("epoch").is_number_integer()) {
@@ -590,8 +590,6 @@ Status Finite(const TorchDump& d, const std::string& dir) {
   return CheckFinite(d.trace, dir, overflow_steps, buffers);
 }
 
-}  // namespace
-
 // The error another rank's index recorded, as "; rank q raised at step s: Type: message" ("" when none): usually
 // why rank `missing` left no index (mp.spawn terminates the other ranks when one raises, before their recorders
 // close), said in the same line.
@@ -611,6 +609,8 @@ std::string RecordedCause(const std::string& dir, int world, int missing) {
   }
   return "";
 }
+
+}  // namespace
 
 Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   *out = TorchDump();
@@ -671,8 +671,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   for (int r = 0; r < out->world; ++r) {
     TorchDumpRank rank;
     DDPCHECK_RETURN_IF_ERROR(
-        ReadRank(dir, r, &rank, r == 0 ? indexes[0] : out->ranks[0].index, &out->trace,
-                 std::move(indexes[static_cast<size_t>(r)])));
+        ReadRank(dir, r, &rank, r0.index, &out->trace, std::move(indexes[static_cast<size_t>(r)])));
     out->steps = std::max(out->steps, rank.steps);
     out->ranks.push_back(std::move(rank));
   }

@@ -107,6 +107,16 @@ Status Fields(const json& o, const std::string& path, std::initializer_list<Fiel
   return Status::Ok();
 }
 
+// Each of `keys` that object `o` at `path` holds (as a number, Fields checked its type) is at least `lo`.
+Status AtLeast(const json& o, const std::string& path, std::initializer_list<const char*> keys, int64_t lo) {
+  for (const char* key : keys) {
+    if (o.contains(key) && o.at(key).get<double>() < static_cast<double>(lo)) {
+      return JsonError(JsonPath(path, key), fmt::format("must be at least {}", lo), o.at(key));
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckStep(const json& st, const std::string& p) {
   DDPCHECK_RETURN_IF_ERROR(Fields(st, p,
                                   {{"step", Is::kInt, true},
@@ -151,11 +161,11 @@ Status CheckStep(const json& st, const std::string& p) {
                                        {"reduced_is_grads", Is::kBool}}));
     }
   }
-  for (const char* key : {"optimizer_steps", "scheduler_steps", "scheduler_steps_before", "ref_rows", "microbatches",
-                          "ddp_forwards", "module_forwards", "epoch"}) {
-    // counts: never negative (an epoch is the sampler's, which a resumed run may set anywhere from 0)
-    if (st.contains(key) && st.at(key).get<int64_t>() < 0) return JsonError(JsonPath(p, key), "must be >= 0", st.at(key));
-  }
+  // counts: never negative (an epoch is the sampler's, which a resumed run may set anywhere from 0)
+  DDPCHECK_RETURN_IF_ERROR(AtLeast(st, p,
+                                   {"optimizer_steps", "scheduler_steps", "scheduler_steps_before", "ref_rows",
+                                    "microbatches", "ddp_forwards", "module_forwards", "epoch"},
+                                   0));
   if (st.contains("lrs") && st.at("lrs").empty()) {
     return JsonError(JsonPath(p, "lrs"), "must hold each param group's lr (at least one)", st.at("lrs"));
   }
@@ -212,11 +222,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"affine", Is::kBool},
                                      {"track_running_stats", Is::kBool},
                                      {"p", Is::kNumber}}));
-    for (const char* key : {"in", "out", "features"}) {
-      if (model[i].contains(key) && model[i].at(key).get<int64_t>() < 1) {
-        return JsonError(JsonPath(p, key), "must be at least 1", model[i].at(key));
-      }
-    }
+    DDPCHECK_RETURN_IF_ERROR(AtLeast(model[i], p, {"in", "out", "features"}, 1));
   }
   DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("ddp"), "/ddp",
                                   {{"bucket_cap_mb", Is::kNumber},
@@ -258,11 +264,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                        {"start_factor", Is::kNumber},
                                        {"end_factor", Is::kNumber},
                                        {"total_iters", Is::kWholeNumber}}));
-      for (const char* key : {"step_size", "t_max"}) {  // torch divides by them
-        if (ss[i].contains(key) && ss[i].at(key).get<double>() < 1) {
-          return JsonError(JsonPath(JsonPath("/schedulers", i), key), "must be at least 1", ss[i].at(key));
-        }
-      }
+      DDPCHECK_RETURN_IF_ERROR(AtLeast(ss[i], JsonPath("/schedulers", i), {"step_size", "t_max"}, 1));  // divisors
     }
   }
   if (ix.contains("param_groups")) {
@@ -306,9 +308,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"num_replicas", Is::kInt},
                                      {"rank", Is::kInt}}));
     const json& sm = ix.at("sampler");
-    if (sm.contains("num_replicas") && sm.at("num_replicas").get<int64_t>() < 1) {
-      return JsonError("/sampler/num_replicas", "must be at least 1", sm.at("num_replicas"));
-    }
+    DDPCHECK_RETURN_IF_ERROR(AtLeast(sm, "/sampler", {"num_replicas"}, 1));
     if (sm.contains("rank") && (sm.at("rank").get<int64_t>() < 0 ||
                                 (sm.contains("num_replicas") && sm.at("rank").get<int64_t>() >= sm.at("num_replicas").get<int64_t>()))) {
       return JsonError("/sampler/rank", "must be a rank in [0, num_replicas)", sm.at("rank"));

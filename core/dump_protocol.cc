@@ -12,6 +12,21 @@
 
 namespace ddpcheck::core {
 
+size_t MaxSteps(const ProtocolRecords& r) {
+  size_t steps = 0;
+  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
+  return steps;
+}
+
+std::vector<const ProtocolRank*> RanksAt(const ProtocolRecords& r, size_t s,
+                                         const std::function<bool(const ProtocolStep&)>& keep) {
+  std::vector<const ProtocolRank*> at;
+  for (const auto& rank : r.ranks) {
+    if (s < rank.steps.size() && (!keep || keep(rank.steps[s]))) at.push_back(&rank);
+  }
+  return at;
+}
+
 std::vector<std::vector<int>> BucketLayout(const ProtocolStep& s) {
   std::map<int64_t, std::vector<int>> by_index;
   for (const auto& b : s.buckets) by_index.emplace(b.index, b.params);

@@ -96,12 +96,12 @@ struct ProtocolGroup {
 };
 
 struct ProtocolRecords {
-  int64_t ddp_iterations_before = 0;  // training forwards DDP ran before the recorder started (created mid-run)
   int world = 1;
   DType dtype = DType::kFloat32;
   std::vector<ProtocolParam> params;  // DDP's order
   DdpSpec ddp;
   bool ddp_wrapped = true;
+  int64_t ddp_iterations_before = 0;  // training forwards DDP ran before the recorder started (created mid-run)
   std::string optimizer_type;
   std::string optimizer_note;  // why the optimizer update is not checked ("" when it is)
   std::vector<ProtocolGroup> groups;

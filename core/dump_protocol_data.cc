@@ -162,9 +162,8 @@ void CheckParamOrder(const ProtocolRecords& r, ProtocolResult* out, std::vector<
 // averages gradients no single process computes. Named at the first step where a rank differs from most ranks.
 void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (r.ranks.size() < 2) return;
-  size_t steps = 0;
-  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
   enum Kind { kAutocast, kEvalModules, kTrainable, kTrainForwards };
+  const char* const kTensor[] = {"autocast", "eval_modules", "trainable", "train_forwards"};
   const char* const kChecked[] = {
       "the same autocast (on or off) on every rank at every step",
       "the same train/eval mode of every submodule on every rank at every step",
@@ -191,12 +190,10 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
     }
   };
   const auto count_of = [](const std::string& digest) { return digest.substr(0, digest.find(':')); };
-  for (size_t s = 0; s < steps; ++s) {
+  for (size_t s = 0; s < MaxSteps(r); ++s) {
     for (int kind = kAutocast; kind <= kTrainForwards; ++kind) {
-      std::vector<const ProtocolRank*> at;  // the ranks that recorded step s and say this
-      for (const auto& rank : r.ranks) {
-        if (s < rank.steps.size() && has(rank.steps[s], kind)) at.push_back(&rank);
-      }
+      // the ranks that recorded step s and say this
+      const auto at = RanksAt(r, s, [&](const ProtocolStep& st) { return has(st, kind); });
       if (at.size() < 2) continue;
       checked[kind] = true;
       const auto same = [&](size_t i, size_t j) { return equal(at[i]->steps[s], at[j]->steps[s], kind); };
@@ -205,7 +202,6 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         if (same(i, base)) continue;
         const ProtocolRank& odd = *at[i];
         const ProtocolStep &st = odd.steps[s], &bs = at[base]->steps[s];
-        const char* const kTensor[] = {"autocast", "eval_modules", "trainable", "train_forwards"};
         Mismatch m;
         m.key = {st.step, Checkpoint::kLoss, kTensor[kind], odd.rank};
         m.kind = "rank-divergent";

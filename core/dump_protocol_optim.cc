@@ -62,8 +62,7 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
   const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
   for (size_t s = 0; s < steps; ++s) {
     // Each rank against the lrs most ranks hold (rank 0's with no majority): the odd rank is the one named.
-    std::vector<const ProtocolRank*> here;
-    for (const auto& rank : r.ranks) if (rank.steps.size() > s) here.push_back(&rank);
+    const std::vector<const ProtocolRank*> here = RanksAt(r, s);
     if (here.size() < 2) continue;
     const ProtocolRank* base =
         here[MajorityBase(here.size(), [&](size_t i, size_t j) { return here[i]->steps[s].lrs == here[j]->steps[s].lrs; })];
@@ -135,13 +134,8 @@ bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs) {
 // state alone, so from then on the ranks' updates of the same reduced gradient differ. Named at the first such
 // step where the ranks' optimizer states differ (the parameters then differ too).
 void CheckJoinOptimizerState(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
-  size_t steps = 0;
-  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
-  for (size_t s = 0; s < steps; ++s) {
-    std::vector<const ProtocolRank*> here;
-    for (const auto& rank : r.ranks) {
-      if (rank.steps.size() > s && rank.steps[s].after_gap) here.push_back(&rank);
-    }
+  for (size_t s = 0; s < MaxSteps(r); ++s) {
+    const auto here = RanksAt(r, s, [](const ProtocolStep& st) { return st.after_gap; });
     if (here.size() < 2) continue;
     for (size_t i = 1; i < here.size(); ++i) {
       for (const auto& [state, tensors] : here[0]->steps[s].opt_state) {
@@ -184,11 +178,8 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
       break;
     }
   }
-  size_t steps = 0;
-  for (const auto& rank : r.ranks) steps = std::max(steps, rank.steps.size());
-  for (size_t s = 0; s < steps; ++s) {  // a rank that skipped the optimizer step most ranks took (or the reverse)
-    std::vector<const ProtocolRank*> here;
-    for (const auto& rank : r.ranks) if (rank.steps.size() > s) here.push_back(&rank);
+  for (size_t s = 0; s < MaxSteps(r); ++s) {  // a rank that skipped the optimizer step most ranks took (or the reverse)
+    const auto here = RanksAt(r, s);
     if (here.size() < 2) continue;
     const auto count = [&](size_t i) { return here[i]->steps[s].optimizer_steps; };
     const size_t base = MajorityBase(here.size(), [&](size_t i, size_t j) { return count(i) == count(j); });

@@ -1,6 +1,7 @@
 // Helpers shared by the core/dump_protocol_*.cc files (not a public interface).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +9,12 @@
 #include "core/dump_protocol.h"
 
 namespace ddpcheck::core {
+
+// The most steps any rank recorded.
+size_t MaxSteps(const ProtocolRecords& r);
+// The ranks that recorded step s (and whose step s passes `keep`, when given), in rank order.
+std::vector<const ProtocolRank*> RanksAt(const ProtocolRecords& r, size_t s,
+                                         const std::function<bool(const ProtocolStep&)>& keep = nullptr);
 
 // The bucket layout a step's hook calls show: bucket b's parameter indices, by bucket index (first call of each).
 std::vector<std::vector<int>> BucketLayout(const ProtocolStep& s);

@@ -93,8 +93,12 @@ TEST(CheckProtocol, AGradientThatIsNoMultipleOfTheReferenceIsNotNamedALossScale)
   EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLocalGrad);
   EXPECT_EQ(res.result.first->key.rank, 1);
   EXPECT_EQ(res.result.first->ratio, 0.0);
-  if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("loss-scale-per-rank"), std::string::npos);
-  if (res.diagnosis) EXPECT_NE(res.diagnosis->pattern, "loss-times-world");
+  if (res.diagnosis) {
+    EXPECT_EQ(res.diagnosis->pattern.find("loss-scale-per-rank"), std::string::npos);
+  }
+  if (res.diagnosis) {
+    EXPECT_NE(res.diagnosis->pattern, "loss-times-world");
+  }
   bool said = res.result.first->message.find("not a multiple") != std::string::npos;
   for (const auto& m : res.result.mismatches) said |= m.message.find("not a multiple") != std::string::npos;
   EXPECT_TRUE(said) << res.result.first->message;
@@ -102,7 +106,9 @@ TEST(CheckProtocol, AGradientThatIsNoMultipleOfTheReferenceIsNotNamedALossScale)
   ProtocolRecords w = Records({2.0, 2.0}, {{0, {-3.0, -2.0, 4.0}}, {1, {-3.0, -2.0, 4.0}}});
   const ProtocolResult rw = CheckProtocol(w);
   ASSERT_FALSE(rw.result.pass);
-  if (rw.diagnosis) EXPECT_NE(rw.diagnosis->pattern, "loss-times-world");
+  if (rw.diagnosis) {
+    EXPECT_NE(rw.diagnosis->pattern, "loss-times-world");
+  }
 }
 
 // DDP pairs parameters across ranks by position: the same names in another order on rank 1 is param-order@1 at step
@@ -125,7 +131,9 @@ TEST(CheckProtocol, ParametersInAnotherOrderOnARankAreParamOrder) {
   r.ranks[1].param_names = {"a.weight", "a.bias", "c.weight"};
   res = CheckProtocol(r);
   ASSERT_FALSE(res.result.pass);
-  if (res.diagnosis) EXPECT_EQ(res.diagnosis->pattern.find("param-order"), std::string::npos);
+  if (res.diagnosis) {
+    EXPECT_EQ(res.diagnosis->pattern.find("param-order"), std::string::npos);
+  }
 }
 
 // torch.autocast entered on some ranks only: the rank that differs from most ranks is named (different-forward-path)

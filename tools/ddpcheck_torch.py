@@ -705,6 +705,11 @@ _OPEN_DIRS = set()  # the rank folders open recorders write into (one recorder p
 _tap = _protocol.tap
 
 
+def _fresh_counts():
+    """A step's counts of forwards: through DDP, of the module, under autocast, and each training forward's record."""
+    return {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
+
+
 def _first_grad_tensor(x, depth=0):
     """The first tensor requiring grad in a module's output (a tensor, or one inside a tuple, list or dict)."""
     if torch.is_tensor(x):
@@ -799,7 +804,7 @@ class DdpRecorder:
         self.set_epoch_calls = []
         self._sched_steps = 0
         self._sched_total = 0
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
+        self._counts = _fresh_counts()
         self._fwd_buffers = None
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
@@ -937,12 +942,10 @@ class DdpRecorder:
 
         def zero_grad(original, *args, **kwargs):
             if self.step_tap.calls == 0 and self.buckets is not None and self.buckets.buckets:
-                self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
+                self._counts = _fresh_counts()
                 self._fwd_buffers = None
                 if self.ref is not None:
-                    r = self.ref
-                    r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
-                    r.loss_settings, r.loss_outputs = [], []
+                    self.ref.take()
                 if self.buckets is not None:
                     self.buckets.buckets = []
             return original(*args, **kwargs)
@@ -1098,7 +1101,7 @@ class DdpRecorder:
         if self.buckets is not None:
             self.buckets.stopped, self.buckets.buckets = True, []
         if self.ref is not None:
-            self.ref.inputs, self.ref.targets, self.ref.start = [], [], None
+            self.ref.take()
 
     def _note_comm_hook(self):
         """The user's DDP communication hook by name (None without one); one that rounds or approximates the
@@ -1209,7 +1212,7 @@ class DdpRecorder:
                         self.no_replay.append(CHANGED_GRADS)
                 rec["buckets"].append(e)
         if self.ref is not None:
-            captured = self._capture()
+            captured = self.ref.take()
             if self._ref_needed is None:
                 self._ref_needed = self._not_replayed(rec, captured, yb)
                 self._ref_from = rec["step"] if self._ref_pending is None else self._ref_pending[0]["step"]
@@ -1228,22 +1231,12 @@ class DdpRecorder:
             rec["scaler"] = {"scale": float(self.scaler.get_scale()),
                              "growth_tracker": int(self.scaler.state_dict().get("_growth_tracker", 0))}
         self.steps.append(rec)
-        self._counts = {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
+        self._counts = _fresh_counts()
         self._fwd_buffers = None
-
-    def _capture(self):
-        """This step's forwards as the reference saw them (inputs, RNG states, targets, starting state), taken."""
-        r = self.ref
-        captured = (r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings, r.loss_outputs)
-        r.inputs, r.targets, r.start, r.autocast, r.trainable = [], [], None, False, None
-        r.loss_settings, r.loss_outputs = [], []
-        return captured
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
-        r = self.ref
-        r.inputs, r.targets, r.start, r.autocast, r.trainable, r.loss_settings, r.loss_outputs = captured
-        ref, why = r.compute(yb, rec.get("loss"))
+        ref, why = self.ref.compute(captured, yb, rec.get("loss"))
         rec.pop("ref_note", None)
         if ref is None:
             rec["ref_note"] = why
@@ -1261,7 +1254,7 @@ class DdpRecorder:
         if self.no_replay:
             return self.no_replay[0]
         outs = [l["out"] for l in self.layers or [] if l.get("type") == "linear"]
-        targets = captured[1] or ([yb] if torch.is_tensor(yb) else [])
+        targets = captured.targets or ([yb] if torch.is_tensor(yb) else [])
         if self.loss == "mse" and outs and any(tuple(t.shape[1:]) != (outs[-1],) for t in targets):
             # torch broadcast outputs (B, 1) against targets (B,) into a (B, B) loss (it only warns): ddpcheck's
             # replay does not (core/dump.cc says the same from the recorded dataset)
@@ -1270,11 +1263,10 @@ class DdpRecorder:
             return "Dropout(p > 0)"
         if self.scaler is not None and self.scaler.is_enabled():
             return "a GradScaler"
-        inputs, _, _, autocast, _, _, _ = captured
-        if autocast:
+        if captured.autocast:
             return "a forward under torch.autocast"
-        if len(inputs) > 1:
-            return "%d micro-batches in step %d" % (len(inputs), rec["step"])
+        if len(captured.inputs) > 1:
+            return "%d micro-batches in step %d" % (len(captured.inputs), rec["step"])
         prev = self.steps[-1] if self.steps else None
         if not self._cadence_ok(rec["scheduler_steps"], rec["step"], rec.get("epoch"),
                                 prev.get("epoch") if prev is not None else None):

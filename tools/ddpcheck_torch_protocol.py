@@ -9,6 +9,7 @@ Works for any nn.Module: nothing here needs to understand the model.
     gradient of the global batch (BatchNorm in train mode sees each rank's shard, as under DDP; dropout masks
     are reproduced by restoring the RNG state each forward started from).
 """
+import collections
 import copy
 import math
 import threading
@@ -381,6 +382,11 @@ def _apply_settings(copy_, settings):
                 vars(m)[k] = v
 
 
+# What the reference captured of one step: every forward (args, RNG state, kwargs, settings, buffers), the targets
+# and settings of the loss module's calls and its values, the starting state, autocast and the parameters trained.
+Capture = collections.namedtuple("Capture", "inputs targets start autocast trainable loss_settings loss_outputs")
+
+
 class Reference:
     """float64 gradients of this rank's micro-batches, recomputed on a deep copy of the module and loss."""
 
@@ -469,17 +475,22 @@ class Reference:
             ok = torch.is_tensor(output) and output.numel() == 1
             self.loss_outputs.append(float(output.detach()) if ok else None)
 
-    def compute(self, yb, user_loss=None):
+    def take(self):
+        """The step's Capture, taken: the next step's capture starts afresh."""
+        captured = Capture(self.inputs, self.targets, self.start, self.autocast, self.trainable, self.loss_settings,
+                           self.loss_outputs)
+        self.inputs, self.targets, self.start, self.autocast, self.trainable = [], [], None, False, None
+        self.loss_settings, self.loss_outputs = [], []
+        return captured
+
+    def compute(self, captured, yb, user_loss=None):
         """({param name: float64 grad} averaged over the step's micro-batches, or None, why or facts). Summed
         instead where the loss the loop passed to rec.step (user_loss) is the sum of the forwards' losses, not
         their mean: one objective over several forwards (a GAN's discriminator on real and fake), not gradient
         accumulation."""
-        inputs, targets, start, loss_settings = self.inputs, self.targets, self.start, self.loss_settings
-        outputs, self.loss_outputs = self.loss_outputs, []
-        self.inputs, self.targets, self.start, self.loss_settings = [], [], None, []
-        facts = {"microbatches": len(inputs), "autocast": self.autocast,
+        inputs, targets, start, autocast, trainable, loss_settings, outputs = captured
+        facts = {"microbatches": len(inputs), "autocast": autocast,
                  "rows": sum(int(a[0].shape[0]) for a, *_ in inputs if a and torch.is_tensor(a[0]) and a[0].dim())}
-        self.autocast = False
         if self.note:
             return None, self.note
         if not inputs:
@@ -504,7 +515,8 @@ class Reference:
             return None, changed
         keep = torch.get_rng_state()
         # Only the parameters that require grad (frozen layers of a fine-tuned model have none, in the run too).
-        trainable = self.trainable if self.trainable is not None else {n for n, _ in self.model.named_parameters()}
+        if trainable is None:
+            trainable = {n for n, _ in self.model.named_parameters()}
         params = {}
         for n, q in self.model.named_parameters():
             q.requires_grad_(n in trainable)
