@@ -127,6 +127,8 @@ Status ReadUint64(const json& v, const std::string& path, uint64_t* out) {
   double d;
   if (v.is_number_unsigned()) {
     *out = v.get<uint64_t>();
+  } else if (v.is_number_integer() && v.get<int64_t>() >= 0) {  // (a document built in code: signed 3)
+    *out = static_cast<uint64_t>(v.get<int64_t>());
   } else if (v.is_number_integer() || (IntegralFloat(v, &d) && d < 0)) {
     return JsonError(path, "must be a non-negative integer", v);
   } else if (IntegralFloat(v, &d)) {

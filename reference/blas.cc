@@ -68,8 +68,8 @@ const Backend& TheBackend() {
 template <typename T, typename Fn>
 bool Gemm(Fn fn, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
           T beta, T* c) {
-  if (m * n * k < (int64_t{1} << 18) || !TheBackend().use) return false;
-  for (int64_t v : {m, n, k, lda, ldb}) {
+  if (!BlasTakes(m, n, k)) return false;
+  for (int64_t v : {lda, ldb}) {
     if (v > INT_MAX) return false;
   }
   const char opb = tb ? 'T' : 'N', opa = ta ? 'T' : 'N';
@@ -83,6 +83,14 @@ bool Gemm(Fn fn, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
 }  // namespace
 
 const std::string& BlasBackend() { return TheBackend().name; }
+
+bool BlasTakes(int64_t m, int64_t n, int64_t k) {
+  if (m * n * k < (int64_t{1} << 18) || !TheBackend().use) return false;
+  for (int64_t v : {m, n, k}) {
+    if (v > INT_MAX) return false;
+  }
+  return true;
+}
 
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float beta, float* c) {

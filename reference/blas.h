@@ -21,6 +21,9 @@ const std::string& BlasBackend();
 // row-major with leading dimension lda (its column count), B with ldb. beta 0 ignores C's contents. Returns
 // false, touching nothing, when the product is small (m n k < 2^18) or the BLAS is not used: the caller then
 // computes it with Eigen.
+// Whether BlasGemm computes an m x n x k product (large enough, and the BLAS is used), without computing it.
+bool BlasTakes(int64_t m, int64_t n, int64_t k);
+
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float beta, float* c);
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,

@@ -60,6 +60,12 @@ bool GroupMicroBatchErrorBounds(const std::vector<const Model<double>*>& models,
                                 const std::vector<const Matrix<double>*>& xs, const std::vector<const core::Tensor*>& ys,
                                 double loss_scale, double u, std::vector<MicroBatchBounds>* out);
 
+// A Linear's bound products (|x||W|^T and the like: sums of non-negative terms) go through the BLAS in float,
+// each operand rounded up and the result grown by the float sums' own rounding, where the BLAS takes the product
+// (reference/blas.h): an upper bound of the float64 product, a few parts in 10^4 above it (error_bounds.cc,
+// BoundProduct). Tests turn it off to compare the two (the setting is the process's; set it before a replay).
+void SetFloatBoundProducts(bool on);
+
 // Bounds of one optimizer step of one parameter from an exact state `before` (p, its state) and a gradient g
 // whose error bound is eg: the new parameter's bound in *ep, and the new state's ("momentum_buffer",
 // "exp_avg", "exp_avg_sq") in *estate. Values are recomputed here in double.

@@ -17,11 +17,15 @@ namespace ddpcheck::ref {
 inline uint64_t DropoutSeed(int rank) { return 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1); }
 
 // init.kind "seed": seeds[rank] (or the last seed when fewer are given); "npy"/"inline": init.values.
-// With amp.enabled the model runs under autocast to amp.dtype.
+// With amp.enabled the model runs under autocast to amp.dtype. `values` false: parameters and buffers left zero,
+// for a copy whose values are always written before they are read (the reference's workers, which take the
+// master's at every step: drawing a 10M-parameter model's initial values costs ~20 ms).
 template <typename T>
-core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model) {
-  DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model, /*init=*/s.init.kind != "seed"));
-  if (s.init.kind == "seed") {
+core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model, bool values = true) {
+  DDPCHECK_RETURN_IF_ERROR(Model<T>::Build(s.model, s.loss, model, /*init=*/values && s.init.kind != "seed"));
+  if (!values) {
+    // (Build without init leaves them zero)
+  } else if (s.init.kind == "seed") {
     const auto& seeds = s.init.seeds;
     const uint64_t seed = seeds.empty() ? 0 : seeds[std::min(static_cast<size_t>(rank), seeds.size() - 1)];
     model->InitFromSeed(seed, s.init.exact);

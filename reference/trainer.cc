@@ -140,7 +140,8 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
   for (int r = 0; r < world; ++r) {
     // The user's model as each rank runs it (a layer `unused` on some rank is the model's control flow; the
     // oracle handles it as DDP with find_unused_parameters=True would).
-    DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, r, &workers[static_cast<size_t>(r)]));
+    // (its values are the master's, copied at the start of every step)
+    DDPCHECK_RETURN_IF_ERROR(BuildRankModel(s, r, &workers[static_cast<size_t>(r)], /*values=*/false));
     // A hook that analyses each backward (the step-local replay's error bounds) reads its per-layer gradients.
     if (hooks && hooks->after_backward) workers[static_cast<size_t>(r)].SetKeepLayerInputGrads(true);
   }
