@@ -610,6 +610,70 @@ std::string RecordedCause(const std::string& dir, int world, int missing) {
   return "";
 }
 
+// What describes the recording itself and cannot differ between the ranks of one run (a rank folder copied in
+// from another recording, or an edited index): rank r's world_size, dump format version and peer_run (rank 0's
+// run id, where both are recorded) against rank 0's. Training settings that differ (batch size, lr, the
+// optimizer's) are left to the checks: a user can set them on one rank.
+Status SameRecording(const std::string& dir, int r, const nlohmann::json& ix, const nlohmann::json& rank0) {
+  const std::string here = fmt::format("{}/rank{}/index.json", dir, r), there = dir + "/rank0/index.json";
+  const auto differ = [&](const std::string& pointer, const std::string& mine, const std::string& theirs,
+                          const std::string& why) {
+    return Status::Invalid(fmt::format("{}: {}: {} on rank {}, but {} {} says {}: {}", here, pointer, mine, r, there,
+                                       pointer, theirs, why));
+  };
+  const std::string fix = "the rank folders come from different recordings (or an index was edited); record again "
+                          "into an empty folder";
+  if (ix.at("world_size") != rank0.at("world_size")) {
+    return differ("/world_size", ix.at("world_size").dump(), rank0.at("world_size").dump(), fix);
+  }
+  if (DumpVersion(ix) != DumpVersion(rank0)) {
+    return differ("/version", std::to_string(DumpVersion(ix)), std::to_string(DumpVersion(rank0)), fix);
+  }
+  // DDP refuses at construction a module whose parameter shapes differ between ranks, so a layer of the same type
+  // at the same place has the same widths on every rank (a ReLU where another rank has Tanh is the checks' finding).
+  const nlohmann::json& model = ix.at("model");
+  const nlohmann::json& model0 = rank0.at("model");
+  for (size_t i = 0; model.is_array() && model0.is_array() && i < std::min(model.size(), model0.size()); ++i) {
+    if (model[i].at("type") != model0[i].at("type")) continue;
+    for (const char* key : {"in", "out", "features"}) {
+      if (model[i].contains(key) && model0[i].contains(key) && model[i].at(key) != model0[i].at(key)) {
+        return differ(JsonPath(JsonPath("/model", i), key), model[i].at(key).dump(), model0[i].at(key).dump(),
+                      "DDP refuses parameters whose shapes differ between ranks, so " + fix);
+      }
+    }
+  }
+  if (ix.contains("peer_run") && rank0.contains("run") && ix.at("peer_run") != rank0.at("run")) {
+    return Status::Invalid(fmt::format("{}: /peer_run: {} on rank {}, but rank 0's recording is {} ({} /run): {}",
+                                       here, DescribeJson(ix.at("peer_run")), r, DescribeJson(rank0.at("run")), there,
+                                       fix));
+  }
+  return Status::Ok();
+}
+
+// A rank folder past the world (rank<k>/ with an index, k >= world_size): a folder left by another recording (a
+// recorder clears its own rank's folder only), read as if it were this one's by nothing, so said rather than
+// ignored.
+Status NoRankPastWorld(const std::string& dir, int world) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with("rank") || name.size() < 5 || name.size() > 12 ||
+        name.find_first_not_of("0123456789", 4) != std::string::npos) {
+      continue;
+    }
+    const int64_t k = std::stoll(name.substr(4));
+    std::error_code ec2;
+    if (k >= world && fs::exists(it->path() / "index.json", ec2)) {
+      return Status::Invalid(fmt::format(
+          "{}/index.json: a rank folder past the world: {}/rank0/index.json /world_size is {}, so ranks 0 to {} "
+          "recorded; {} comes from another recording (remove it, or record again into an empty folder)",
+          it->path().string(), dir, world, world - 1, name));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ReadTorchDump(const std::string& dir, TorchDump* out) {
@@ -647,6 +711,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                           dir, r, out->world, r, cause));
     }
   }
+  DDPCHECK_RETURN_IF_ERROR(NoRankPastWorld(dir, out->world));
   std::vector<nlohmann::json> indexes(static_cast<size_t>(out->world));
   bool join = false;
   for (int r = 0; r < out->world; ++r) {
@@ -658,6 +723,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
       DDPCHECK_RETURN_IF_ERROR(ReadIndex(path, &ix));
     }
     DDPCHECK_RETURN_IF_ERROR(CheckTorchDumpIndexTypes(ix).Prefixed(path));
+    if (r > 0) DDPCHECK_RETURN_IF_ERROR(SameRecording(dir, r, ix, indexes[0]));
     join = join || (ix.contains("join") && ix.at("join") == true);
   }
   if (join && out->world > 1) {

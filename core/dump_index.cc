@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/json_reader.h"
+#include "core/scenario.h"
 
 namespace ddpcheck::core {
 
@@ -107,17 +108,67 @@ Status Fields(const json& o, const std::string& path, std::initializer_list<Fiel
   return Status::Ok();
 }
 
-// Each of `keys` that object `o` at `path` holds (as a number, Fields checked its type) is at least `lo`.
-Status AtLeast(const json& o, const std::string& path, std::initializer_list<const char*> keys, int64_t lo) {
+// The largest count or epoch an index may hold (a step's forwards, optimizer or scheduler steps, an epoch, a
+// join round): 2^31 - 1. No run reaches it; a larger value was edited (2^32 read through a 32-bit int wraps).
+constexpr int64_t kMaxIndexCount = (int64_t{1} << 31) - 1;
+// Cumulative counts since the run began (scheduler steps before a step, DDP iterations before the recorder): the
+// documented bound on steps (core/scenario.h kMaxSteps); the protocol check steps a scheduler that many times.
+constexpr int64_t kMaxIndexCumulative = kMaxSteps;
+// A tensor's element count or dimension as the index names it (2^48 elements: 1 PiB of float32).
+constexpr int64_t kMaxIndexNumel = int64_t{1} << 48;
+
+// Value `v` at `path` (a number, its type checked by Fields) lies in [lo, hi]; `what` says what it is.
+Status Within(const json& v, const std::string& path, int64_t lo, int64_t hi, const char* what) {
+  const double d = v.get<double>();  // an unsigned 2^64 - 1 or a float compares right as a double
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
+    return JsonError(path, fmt::format("must be in [{}, {}] ({})", lo, hi, what), v);
+  }
+  return Status::Ok();
+}
+
+// Each of `keys` that object `o` at `path` holds (as a number, Fields checked its type) lies in [lo, hi].
+Status InRange(const json& o, const std::string& path, std::initializer_list<const char*> keys, int64_t lo,
+               int64_t hi, const char* what) {
   for (const char* key : keys) {
-    if (o.contains(key) && o.at(key).get<double>() < static_cast<double>(lo)) {
-      return JsonError(JsonPath(path, key), fmt::format("must be at least {}", lo), o.at(key));
+    if (o.contains(key) && o.at(key).is_number()) DDPCHECK_RETURN_IF_ERROR(Within(o.at(key), JsonPath(path, key), lo, hi, what));
+  }
+  return Status::Ok();
+}
+
+// Every element of the integer array at `key` of `o` (if present) lies in [lo, hi].
+Status ElementsInRange(const json& o, const std::string& path, const char* key, int64_t lo, int64_t hi,
+                       const char* what) {
+  if (!o.contains(key) || !o.at(key).is_array()) return Status::Ok();
+  const json& a = o.at(key);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].is_number()) DDPCHECK_RETURN_IF_ERROR(Within(a[i], JsonPath(JsonPath(path, key), i), lo, hi, what));
+  }
+  return Status::Ok();
+}
+
+// An optimizer's settings (the index's /optimizer, a /param_groups entry, a step's groups entry): the values
+// torch's optimizers refuse at construction (lr, momentum, weight_decay, eps < 0; a beta outside [0, 1]) cannot
+// have been recorded. Keys an optimizer ddpcheck does not know keeps are not looked at; values that differ
+// between ranks are the protocol check's findings, not bad input.
+Status CheckOptimizerValues(const json& o, const std::string& path) {
+  if (!o.is_object()) return Status::Ok();
+  for (const char* key : {"lr", "momentum", "weight_decay", "eps", "alpha", "lr_decay", "initial_accumulator_value"}) {
+    if (o.contains(key) && o.at(key).is_number() && !(o.at(key).get<double>() >= 0)) {
+      return JsonError(JsonPath(path, key), "must be >= 0 (torch's optimizers refuse a negative value)", o.at(key));
+    }
+  }
+  if (o.contains("betas") && o.at("betas").is_array()) {
+    const json& b = o.at("betas");
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (b[i].is_number() && !(b[i].get<double>() >= 0 && b[i].get<double>() <= 1)) {
+        return JsonError(JsonPath(JsonPath(path, "betas"), i), "must be in [0, 1] (torch refuses another beta)", b[i]);
+      }
     }
   }
   return Status::Ok();
 }
 
-Status CheckStep(const json& st, const std::string& p) {
+Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
   DDPCHECK_RETURN_IF_ERROR(Fields(st, p,
                                   {{"step", Is::kInt, true},
                                    {"indices", Is::kString, true},
@@ -153,19 +204,41 @@ Status CheckStep(const json& st, const std::string& p) {
   if (st.contains("buckets")) {
     const json& buckets = st.at("buckets");
     for (size_t b = 0; b < buckets.size(); ++b) {
-      DDPCHECK_RETURN_IF_ERROR(Fields(buckets[b], JsonPath(JsonPath(p, "buckets"), b),
+      const std::string q = JsonPath(JsonPath(p, "buckets"), b);
+      DDPCHECK_RETURN_IF_ERROR(Fields(buckets[b], q,
                                       {{"index", Is::kInt, true},
                                        {"params", Is::kIntArray, true},
                                        {"local", Is::kString, true},
                                        {"reduced", Is::kStringOrNull},
                                        {"reduced_is_grads", Is::kBool}}));
+      // A bucket holds at least one parameter, so there are no more buckets than parameters; its parameters are
+      // indices into the index's /params (a 64-bit index read as 32 bits named another parameter).
+      const int64_t n = n_params >= 0 ? n_params : kMaxIndexCount;
+      DDPCHECK_RETURN_IF_ERROR(InRange(buckets[b], q, {"index"}, 0, std::max<int64_t>(n, 1) - 1,
+                                       n_params >= 0 ? "a DDP bucket index: at most one bucket per parameter of /params"
+                                                     : "a DDP bucket index"));
+      DDPCHECK_RETURN_IF_ERROR(ElementsInRange(buckets[b], q, "params", 0, std::max<int64_t>(n, 1) - 1,
+                                               n_params >= 0 ? "a parameter's index in the index's /params"
+                                                             : "a parameter's index"));
     }
   }
-  // counts: never negative (an epoch is the sampler's, which a resumed run may set anywhere from 0)
-  DDPCHECK_RETURN_IF_ERROR(AtLeast(st, p,
-                                   {"optimizer_steps", "scheduler_steps", "scheduler_steps_before", "ref_rows",
-                                    "microbatches", "ddp_forwards", "module_forwards", "epoch"},
-                                   0));
+  DDPCHECK_RETURN_IF_ERROR(InRange(st, p, {"step"}, 0, kMaxSteps, "a step number"));
+  // counts: never negative, and no larger than a run makes them (an epoch is the sampler's, which a resumed run
+  // may set anywhere from 0; the sampler seeds torch's generator with seed + epoch)
+  DDPCHECK_RETURN_IF_ERROR(InRange(st, p,
+                                   {"optimizer_steps", "scheduler_steps", "microbatches", "ddp_forwards",
+                                    "module_forwards", "train_forwards", "join_round"},
+                                   0, kMaxIndexCount, "a count of one step"));
+  DDPCHECK_RETURN_IF_ERROR(InRange(st, p, {"epoch"}, 0, kMaxIndexCount, "the sampler's epoch"));
+  DDPCHECK_RETURN_IF_ERROR(InRange(st, p, {"ref_rows"}, 0, kMaxSamples, "rows of a batch"));
+  DDPCHECK_RETURN_IF_ERROR(InRange(st, p, {"scheduler_steps_before"}, 0, kMaxIndexCumulative,
+                                   "the lr scheduler's steps since it was made"));
+  if (st.contains("groups")) {
+    const json& gs = st.at("groups");
+    for (size_t g = 0; g < gs.size(); ++g) {
+      DDPCHECK_RETURN_IF_ERROR(CheckOptimizerValues(gs[g], JsonPath(JsonPath(p, "groups"), g)));
+    }
+  }
   if (st.contains("lrs") && st.at("lrs").empty()) {
     return JsonError(JsonPath(p, "lrs"), "must hold each param group's lr (at least one)", st.at("lrs"));
   }
@@ -202,6 +275,15 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"init_optimizer_state", Is::kObject},
                                    {"join", Is::kBool},
                                    {"init_optimizer_step_counts", Is::kNumberMap}}));
+  // The header's sizes, on every rank's index alike (rank r > 0's was read but not checked: a sampler length of
+  // 2^40 there allocated that many indices)
+  DDPCHECK_RETURN_IF_ERROR(InRange(ix, "", {"world_size"}, 1, kMaxWorld, "the number of ranks"));
+  DDPCHECK_RETURN_IF_ERROR(InRange(ix, "", {"rank"}, 0, kMaxWorld - 1, "this rank's number"));
+  if (ix.at("rank").get<double>() >= ix.at("world_size").get<double>()) {
+    return JsonError("/rank", fmt::format("must be a rank in [0, world_size {})", DescribeJson(ix.at("world_size"))),
+                     ix.at("rank"));
+  }
+  DDPCHECK_RETURN_IF_ERROR(InRange(ix, "", {"batch_size"}, 1, kMaxSamples, "DataLoader's batch_size"));
   if (ix.contains("init_optimizer_state")) {
     for (const auto& item : ix.at("init_optimizer_state").items()) {
       const std::string q = JsonPath("/init_optimizer_state", item.key());
@@ -222,7 +304,10 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"affine", Is::kBool},
                                      {"track_running_stats", Is::kBool},
                                      {"p", Is::kNumber}}));
-    DDPCHECK_RETURN_IF_ERROR(AtLeast(model[i], p, {"in", "out", "features"}, 1));
+    DDPCHECK_RETURN_IF_ERROR(InRange(model[i], p, {"in", "out", "features"}, 1, kMaxWidth, "a layer's width"));
+    if (model[i].contains("p") && !(model[i].at("p").get<double>() >= 0 && model[i].at("p").get<double>() <= 1)) {
+      return JsonError(JsonPath(p, "p"), "must be a dropout probability in [0, 1]", model[i].at("p"));
+    }
   }
   DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("ddp"), "/ddp",
                                   {{"bucket_cap_mb", Is::kNumber},
@@ -231,6 +316,13 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"gradient_as_bucket_view", Is::kBool},
                                    {"wrapped", Is::kBool},
                                    {"iterations_before", Is::kInt}}));
+  DDPCHECK_RETURN_IF_ERROR(InRange(ix.at("ddp"), "/ddp", {"iterations_before"}, 0, kMaxIndexCumulative,
+                                   "DDP's iterations before the recorder"));
+  if (ix.at("ddp").contains("bucket_cap_mb") &&
+      !(ix.at("ddp").at("bucket_cap_mb").get<double>() >= 0 && ix.at("ddp").at("bucket_cap_mb").get<double>() <= kMaxBucketCapMb)) {
+    return JsonError("/ddp/bucket_cap_mb", fmt::format("must be in [0, {}] (DDP's bucket size in MiB)", kMaxBucketCapMb),
+                     ix.at("ddp").at("bucket_cap_mb"));
+  }
   if (!ix.at("optimizer").is_null()) {
     DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("optimizer"), "/optimizer",
                                     {{"type", Is::kString, true},
@@ -243,6 +335,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"eps", Is::kNumber},
                                      {"betas", Is::kArray}}));
     const json& opt = ix.at("optimizer");
+    DDPCHECK_RETURN_IF_ERROR(CheckOptimizerValues(opt, "/optimizer"));
     if (opt.at("type") == "adam" || opt.at("type") == "adamw") {
       if (!opt.contains("betas") || opt.at("betas").size() != 2 || !opt.at("betas")[0].is_number() ||
           !opt.at("betas")[1].is_number()) {
@@ -264,7 +357,10 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                        {"start_factor", Is::kNumber},
                                        {"end_factor", Is::kNumber},
                                        {"total_iters", Is::kWholeNumber}}));
-      DDPCHECK_RETURN_IF_ERROR(AtLeast(ss[i], JsonPath("/schedulers", i), {"step_size", "t_max"}, 1));  // divisors
+      const std::string q = JsonPath("/schedulers", i);
+      DDPCHECK_RETURN_IF_ERROR(InRange(ss[i], q, {"step_size", "t_max"}, 1, kMaxSteps, "a scheduler period"));  // divisors
+      DDPCHECK_RETURN_IF_ERROR(InRange(ss[i], q, {"total_iters"}, 0, kMaxSteps, "a scheduler period"));
+      DDPCHECK_RETURN_IF_ERROR(ElementsInRange(ss[i], q, "milestones", 0, kMaxSteps, "a scheduler epoch"));
     }
   }
   if (ix.contains("param_groups")) {
@@ -274,10 +370,11 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
     for (size_t g = 0; g < gs.size(); ++g) {
       const std::string q = JsonPath("/param_groups", g);
       DDPCHECK_RETURN_IF_ERROR(Fields(gs[g], q, {{"params", Is::kIntArray, true}, {"lr", Is::kNumber}}));
+      DDPCHECK_RETURN_IF_ERROR(CheckOptimizerValues(gs[g], q));
       const json& idx = gs[g].at("params");
       for (size_t k = 0; k < idx.size(); ++k) {
         // -1: a parameter the optimizer holds outside the DDP module (a frozen EMA target in the optimizer)
-        if (idx[k].get<int64_t>() < -1 || idx[k].get<int64_t>() >= static_cast<int64_t>(n)) {
+        if (!(idx[k].get<double>() >= -1 && idx[k].get<double>() < static_cast<double>(n))) {
           return JsonError(JsonPath(JsonPath(q, "params"), k),
                            fmt::format("must be a parameter's index in [0, {}) (the index's /params), or -1 for one "
                                        "outside the module", n), idx[k]);
@@ -293,11 +390,18 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                        {"numel", Is::kInt},
                                        {"dtype", Is::kString},
                                        {"requires_grad", Is::kBool},
-                                       {"sparse", Is::kBool}}));
+                                       {"sparse", Is::kBool},
+                                       {"shape", Is::kIntArray}}));
+      DDPCHECK_RETURN_IF_ERROR(InRange(ps[i], JsonPath("/params", i), {"numel"}, 0, kMaxIndexNumel, "an element count"));
+      DDPCHECK_RETURN_IF_ERROR(
+          ElementsInRange(ps[i], JsonPath("/params", i), "shape", 0, kMaxIndexNumel, "a tensor dimension"));
     }
   }
+  const int64_t n_params = ix.contains("params") ? static_cast<int64_t>(ix.at("params").size()) : -1;
   const json& steps = ix.at("steps");
-  for (size_t i = 0; i < steps.size(); ++i) DDPCHECK_RETURN_IF_ERROR(CheckStep(steps[i], JsonPath("/steps", i)));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    DDPCHECK_RETURN_IF_ERROR(CheckStep(steps[i], JsonPath("/steps", i), n_params));
+  }
   if (ix.contains("sampler")) {
     DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("sampler"), "/sampler",
                                     {{"shuffle", Is::kBool},
@@ -308,7 +412,10 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"num_replicas", Is::kInt},
                                      {"rank", Is::kInt}}));
     const json& sm = ix.at("sampler");
-    DDPCHECK_RETURN_IF_ERROR(AtLeast(sm, "/sampler", {"num_replicas"}, 1));
+    DDPCHECK_RETURN_IF_ERROR(InRange(sm, "/sampler", {"num_replicas"}, 1, kMaxWorld, "a world size"));
+    DDPCHECK_RETURN_IF_ERROR(InRange(sm, "/sampler", {"len"}, 0, kMaxSamples, "len(dataset)"));
+    DDPCHECK_RETURN_IF_ERROR(
+        ElementsInRange(sm, "/sampler", "set_epoch_calls", -kMaxIndexCount, kMaxIndexCount, "an epoch"));
     if (sm.contains("rank") && (sm.at("rank").get<int64_t>() < 0 ||
                                 (sm.contains("num_replicas") && sm.at("rank").get<int64_t>() >= sm.at("num_replicas").get<int64_t>()))) {
       return JsonError("/sampler/rank", "must be a rank in [0, num_replicas)", sm.at("rank"));
@@ -324,6 +431,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
   if (ix.contains("error")) {
     DDPCHECK_RETURN_IF_ERROR(
         Fields(ix.at("error"), "/error", {{"type", Is::kString}, {"step", Is::kInt}, {"message", Is::kString}}));
+    DDPCHECK_RETURN_IF_ERROR(InRange(ix.at("error"), "/error", {"step"}, 0, kMaxSteps, "a step number"));
   }
   return Status::Ok();
 }

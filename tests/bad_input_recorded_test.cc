@@ -409,6 +409,108 @@ TEST(BadRecordedInput, AMissingRankIsNamedWithTheErrorAnotherRankRecorded) {
               {"rank1/index.json: not found", "rank 0 raised at step 1: RuntimeError: Expected to have finished"});
 }
 
+// WriteDump's dump as a world of two: rank 1 a copy of rank 0 (its own rank number, rank 0's run id as peer_run).
+std::pair<json, json> WriteTwoRankDump(const std::string& dir) {
+  json ix0 = WriteDump(dir);
+  ix0["world_size"] = 2;
+  ix0["run"] = "run-a";
+  ix0["sampler"]["num_replicas"] = 2;
+  ix0["sampler"]["rank"] = 0;
+  testing::WriteFile(dir + "/rank0/index.json", ix0.dump());
+  std::filesystem::copy(dir + "/rank0", dir + "/rank1");
+  json ix1 = ix0;
+  ix1.erase("run");
+  ix1["rank"] = 1;
+  ix1["peer_run"] = "run-a";
+  ix1["sampler"]["rank"] = 1;
+  testing::WriteFile(dir + "/rank1/index.json", ix1.dump());
+  return {ix0, ix1};
+}
+
+// Every rank's index is checked by the rules rank 0's is (rank 1's header was read unchecked: a sampler length of
+// 2^40 there was std::bad_alloc, exit 3; a negative batch size passed), and counts are bounded (a scheduler step
+// count of 2^40 looped for ever; an epoch of 2^32 or a bucket's parameter 2^32 + 1 were read through 32 bits).
+TEST(BadRecordedInput, EveryRanksIndexIsValidatedAndBoundedNamingThatRanksFile) {
+  const json one_bucket = json::array({json::object(
+      {{"index", 0}, {"params", json::array({(int64_t{1} << 32) + 1})}, {"local", "s0.grad.0.bias.npy"}})});
+  const std::vector<DumpCase> cases = {
+      {"/sampler/len", int64_t{1} << 40},  // was std::bad_alloc, exit 3
+      {"/sampler/len", -24},
+      {"/batch_size", -4},
+      {"/batch_size", int64_t{1} << 62},
+      {"/ddp/bucket_cap_mb", -1},
+      {"/world_size", 0},
+      {"/params/0/numel", -128},
+      {"/params/0/shape", json::array({-1, 2})},
+      {"/steps/0/epoch", int64_t{1} << 32},  // torch's generator takes the seed's low 32 bits: read as epoch 0
+      {"/steps/0/scheduler_steps_before", int64_t{1} << 40},  // looped 2^40 scheduler steps
+      {"/steps/0/ddp_forwards", int64_t{1} << 40},
+      {"/steps/0/join_round", int64_t{1} << 62},
+      {"/steps/0/buckets", one_bucket},  // parameter 2^32 + 1 was named parameter 1
+      {"/steps/0/groups", json::array({json::object({{"momentum", -7}})})},
+      {"/optimizer/momentum", -0.9},
+      {"/optimizer/lr", -0.1},
+      {"/schedulers", json::array({json::object({{"type", "multistep"}, {"milestones", json::array({int64_t{1} << 40})}})})},
+      {"/sampler/set_epoch_calls", json::array({int64_t{1} << 40})},
+      {"/model/0/in", int64_t{1} << 30},
+      {"/error", json::object({{"step", int64_t{1} << 40}})},
+  };
+  TempDir dir;
+  for (int rank : {0, 1}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + ": " + c.pointer + " = " + c.value.dump());
+      std::filesystem::remove_all(dir.File("d"));
+      auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+      json& ix = rank == 0 ? ix0 : ix1;
+      ix[json::json_pointer(c.pointer)] = c.value;
+      const std::string file = dir.File("d/rank" + std::to_string(rank) + "/index.json");
+      testing::WriteFile(file, ix.dump());
+      ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {file, c.pointer});
+    }
+  }
+}
+
+// What describes the recording itself agrees between ranks (exit 2 naming both values); training settings a user
+// can set on one rank (batch size, lr) are not bad input.
+TEST(BadRecordedInput, RanksOfOneRecordingAgreeOnWhatDescribesTheRecording) {
+  struct Case {
+    std::string pointer;
+    json value;
+    std::vector<std::string> named;
+  };
+  const std::vector<Case> cases = {
+      {"/world_size", 3, {"rank1/index.json: /world_size: 3 on rank 1", "rank0/index.json /world_size says 2"}},
+      {"/version", 2, {"rank1/index.json: /version: 2 on rank 1", "says 1"}},
+      {"/peer_run", "run-b", {"rank1/index.json: /peer_run: \"run-b\"", "\"run-a\""}},
+      {"/model/0/in", 9, {"rank1/index.json: /model/0/in: 9 on rank 1", "says 2"}},
+  };
+  TempDir dir;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.pointer + " = " + c.value.dump());
+    std::filesystem::remove_all(dir.File("d"));
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+    ix1[json::json_pointer(c.pointer)] = c.value;
+    testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, c.named);
+  }
+  // a rank folder past the world: another recording's
+  std::filesystem::remove_all(dir.File("d"));
+  WriteTwoRankDump(dir.File("d"));
+  std::filesystem::copy(dir.File("d/rank1"), dir.File("d/rank2"));
+  ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2,
+              {"rank2/index.json: a rank folder past the world", "/world_size is 2"});
+  // settings a user can give one rank: the checks' business
+  for (const DumpCase& c : std::vector<DumpCase>{{"/batch_size", 1}, {"/optimizer/lr", 0.2}, {"/optimizer/momentum", 0.5}}) {
+    SCOPED_TRACE("not bad input: " + c.pointer + " = " + c.value.dump());
+    std::filesystem::remove_all(dir.File("d"));
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+    ix1[json::json_pointer(c.pointer)] = c.value;
+    testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
+    const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.File("d") + "'");
+    EXPECT_TRUE(o.exit_code == 0 || o.exit_code == 1) << o.exit_code << o.out << o.err;
+  }
+}
+
 // A real trace of a small run, to damage.
 std::string WriteTrace(const TempDir& dir) {
   const std::string scenario = dir.File("s.json");
