@@ -153,7 +153,8 @@ std::optional<Diagnosis> FromSampler(const Scenario& s, const Trace& got, const 
   // sampler-seed-per-rank: rank 0 agrees with the reference, other ranks do not, and the shards overlap.
   const auto r0_got = Ints(got.Find({m.key.step, Checkpoint::kSampler, "indices", 0}));
   const auto r0_ref = Ints(ref.Find({m.key.step, Checkpoint::kSampler, "indices", 0}));
-  if (m.key.rank != 0 && r0_got == r0_ref) {
+  // (a batch of another size on this rank is its loop's batch size, not a permutation: no seed differs)
+  if (m.key.rank != 0 && r0_got == r0_ref && got_idx.size() == Ints(ref.Find(m.key)).size()) {
     std::map<int64_t, int> count;
     int64_t overlap = 0, total = 0;
     for (const auto& [k, v] : got.records()) {

@@ -197,6 +197,8 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
                                    {"join", Is::kBool},
                                    {"join_round", Is::kInt},
                                    {"after_gap", Is::kBool},
+                                   {"edited_before_step", Is::kStringArray},
+                                   {"edited_after_step", Is::kStringArray},
                                    {"ref_note", Is::kString},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},

@@ -48,6 +48,36 @@ void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
     }
   }
   if (first) out->checked.push_back("sampler settings (seed, num_replicas, rank) against the world");
+  // The epoch each rank's shuffling DistributedSampler was at, step by step: set_epoch with different values on
+  // the ranks (ranks resumed from different checkpoints) permutes each rank's shard by another seed + epoch.
+  const auto shuffles = [](const ProtocolRank* k) {
+    return k->sampler && k->sampler->value("type", std::string()) == "DistributedSampler" &&
+           k->sampler->value("shuffle", false);
+  };
+  for (size_t s = 0; s < MaxSteps(r); ++s) {
+    const auto here = RanksAt(r, s);
+    if (here.size() < 2 || !std::all_of(here.begin(), here.end(), shuffles)) continue;
+    const auto epoch = [&](size_t i) { return here[i]->steps[s].epoch; };
+    const size_t base = MajorityBase(here.size(), [&](size_t i, size_t j) { return epoch(i) == epoch(j); });
+    const auto odd = std::find_if(here.begin(), here.end(), [&](const ProtocolRank* k) {
+      return k->steps[s].epoch != epoch(base);
+    });
+    if (odd == here.end()) continue;
+    const ProtocolRank& o = **odd;
+    Mismatch m;
+    m.key = {o.steps[s].step, Checkpoint::kSampler, "epoch", o.rank};
+    m.kind = "rank-divergent";
+    m.against = fmt::format("rank {}", here[base]->rank);
+    m.got = static_cast<double>(o.steps[s].epoch);
+    m.want = static_cast<double>(epoch(base));
+    m.message = fmt::format("rank {}'s DistributedSampler is at epoch {} in step {} and rank {}'s at epoch {}: "
+                            "set_epoch got different values on the ranks (ranks resumed from different "
+                            "checkpoints?)", o.rank, o.steps[s].epoch, o.steps[s].step, here[base]->rank, epoch(base));
+    f->push_back({m, "sampler-seed-per-rank",
+                  m.message + ": each rank permutes its shard with another seed + epoch, so shards overlap and some "
+                              "samples are never seen in an epoch", 0});
+    break;
+  }
 }
 
 // Each step's batch indices lie in DistributedSampler's shard of this rank for the epoch the sampler was at.
@@ -391,6 +421,57 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
                                      : "reduced bucket = mean over ranks of the local buckets (within W roundings)");
 }
 
+// The gradients optimizer.step() saw against DDP's reduced buckets: W x them, element by element, in every bucket
+// of a step is the loop all-reducing (summing) the gradients again after DDP averaged them (a manual
+// `dist.all_reduce(p.grad)` for every parameter): the same W-times-too-large step as a loss multiplied by W. A
+// factor below 1 is clipping (the replay is then skipped, not this), any other factor is left alone.
+void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
+  if (!r.buckets_note.empty() || !r.ddp_wrapped || r.world < 2) return;
+  const double tol = 2.0 * r.world * UnitRoundoff(r.dtype);
+  for (const auto& rank : r.ranks) {
+    for (const auto& st : rank.steps) {
+      if (st.buckets.empty() || st.grads.empty() || st.optimizer_steps != 1) continue;
+      std::map<int64_t, const ProtocolBucket*> last;  // a bucket reduced twice in the step: its last reduction
+      for (const auto& b : st.buckets) last[b.index] = &b;
+      bool all_times_w = true, any = false;
+      std::string first_param;
+      for (const auto& [index, b] : last) {
+        if (!b->reduced) continue;
+        std::vector<double> g;
+        for (int i : b->params) {
+          const auto it = i >= 0 && static_cast<size_t>(i) < r.params.size() ? st.grads.find(r.params[static_cast<size_t>(i)].name)
+                                                                             : st.grads.end();
+          if (it == st.grads.end()) {
+            g.clear();
+            break;
+          }
+          if (first_param.empty()) first_param = it->first;
+          g.insert(g.end(), it->second.data.begin(), it->second.data.end());
+        }
+        const auto& red = b->reduced->data;
+        if (g.size() != red.size() || g.empty()) continue;
+        for (size_t k = 0; k < g.size() && all_times_w; ++k) {
+          if (red[k] == 0 && g[k] == 0) continue;
+          any = true;
+          all_times_w = std::abs(g[k] - r.world * red[k]) <= tol * std::abs(r.world * red[k]);
+        }
+        if (!all_times_w) break;
+      }
+      if (!any || !all_times_w) continue;
+      Mismatch m;
+      m.key = {st.step, Checkpoint::kReduced, first_param, rank.rank};
+      m.kind = "reference-divergent";
+      m.against = "DDP's reduced gradients";
+      m.message = fmt::format(
+          "the gradients optimizer.step() saw on rank {} are W = {} x DDP's reduced (averaged) ones in every bucket: "
+          "the loop all-reduced them again, summing, after DDP had averaged them; DDP already averages the "
+          "gradients: drop the manual all_reduce (or divide by the world size)", rank.rank, r.world);
+      f->push_back({m, "loss-times-world", m.message, 2});
+      return;  // the first step of the first rank: every rank's every step repeats it
+    }
+  }
+}
+
 }  // namespace
 
 void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -401,6 +482,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckForwardModes(r, out, f);
   CheckBuckets(r, out, f);
   CheckMean(r, out, f);
+  CheckGradsAfterReduce(r, f);
   CheckReference(r, out, f);
 }
 

@@ -69,6 +69,10 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->autocast = st.value("autocast", false);
   s->autocast_known = st.contains("autocast");
   s->after_gap = st.value("after_gap", false);
+  for (const auto& [key, into] : {std::pair{"edited_before_step", &s->edited_before},
+                                  std::pair{"edited_after_step", &s->edited_after}}) {
+    if (st.contains(key)) *into = st.at(key).get<std::vector<std::string>>();  // a string array: the index schema
+  }
   if (st.contains("eval_modules")) s->eval_modules = st.at("eval_modules").get<std::vector<std::string>>();
   if (st.contains("trainable")) s->trainable = st.at("trainable").get<std::string>();
   s->train_forwards = st.value("train_forwards", int64_t{-1});

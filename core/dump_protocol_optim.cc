@@ -3,6 +3,8 @@
 // step's parameters and state, the gradients the optimizer saw and the group's lr.
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -45,17 +47,32 @@ ParamState<T> StateOf(const ProtocolStep* prev, const std::string& name) {
   return st;
 }
 
-// The parameter after one step, from the state before it; nullopt when it cannot be formed.
+// The parameter after one step, from the state before it, and (where it stepped) the state after it, each
+// state tensor by its torch name ("momentum_buffer", "exp_avg", ...).
+struct SteppedParam {
+  std::vector<double> param;
+  std::map<std::string, std::vector<double>> state;
+};
+
 template <typename T>
-std::vector<double> Stepped(const OptimizerSpec& spec, double lr, const Tensor& before, const Tensor* grad,
-                            const ProtocolStep* prev, const std::string& name) {
+SteppedParam Stepped(const OptimizerSpec& spec, double lr, const Tensor& before, const Tensor* grad,
+                     const ProtocolStep* prev, const std::string& name) {
   std::vector<T> p(before.data.begin(), before.data.end());
+  SteppedParam out;
   if (grad && grad->data.size() == p.size()) {
     std::vector<T> g(grad->data.begin(), grad->data.end());
     ParamState<T> st = StateOf<T>(prev, name);
     OptimizerStep<T>(spec, lr, p.data(), g.data(), static_cast<int64_t>(p.size()), &st);
+    const std::pair<const char*, const std::vector<T>*> kept[] = {
+        {"momentum_buffer", &st.momentum_buffer}, {"exp_avg", &st.exp_avg}, {"exp_avg_sq", &st.exp_avg_sq},
+        {"max_exp_avg_sq", &st.max_exp_avg_sq},   {"square_avg", &st.square_avg}, {"grad_avg", &st.grad_avg},
+        {"acc_delta", &st.acc_delta},             {"sum", &st.sum}};
+    for (const auto& [key, v] : kept) {
+      if (!v->empty()) out.state[key] = std::vector<double>(v->begin(), v->end());
+    }
   }
-  return std::vector<double>(p.begin(), p.end());
+  out.param = std::vector<double>(p.begin(), p.end());
+  return out;
 }
 
 void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -201,6 +218,9 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
       break;
     }
   }
+  std::set<std::string> edited_noted;  // parameters changed outside optimizer.step(), named once
+  std::vector<std::string> edited_names;
+  std::optional<std::pair<int, int64_t>> edited_first;  // (rank, step)
   for (const auto& rank : r.ranks) {
     for (size_t s = 0; s < rank.steps.size(); ++s) {
       const ProtocolStep& st = rank.steps[s];
@@ -213,18 +233,49 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
         for (int pi : r.groups[gi].params) {
           if (pi < 0 || static_cast<size_t>(pi) >= r.params.size()) continue;
           const std::string& name = r.params[static_cast<size_t>(pi)].name;
+          // Changed outside optimizer.step() (a checkpoint loaded, weights clipped): its update is not the
+          // optimizer's. The ranks still agree or not (the invariants compare every parameter after every step).
+          const bool edited = std::find(st.edited_before.begin(), st.edited_before.end(), name) != st.edited_before.end() ||
+                              std::find(st.edited_after.begin(), st.edited_after.end(), name) != st.edited_after.end();
+          if (edited) {
+            if (edited_noted.insert(name).second) edited_names.push_back(name);
+            if (!edited_first) edited_first = std::pair{rank.rank, st.step};
+            continue;
+          }
           const Tensor* before = s > 0 ? Get(prev->params, name) : Get(rank.init, name);
           const Tensor* after = Get(st.params, name);
           if (!before || !after) continue;
           const Tensor* grad = st.optimizer_steps == 0 ? nullptr : Get(st.grads, name);
           const OptimizerSpec& spec = gi < st.groups.size() ? st.groups[gi] : r.groups[gi].spec;
-          const std::vector<double> want = r.dtype == DType::kFloat64
-                                               ? Stepped<double>(spec, lr, *before, grad, prev, name)
-                                               : Stepped<float>(spec, lr, *before, grad, prev, name);
+          const SteppedParam stepped = r.dtype == DType::kFloat64
+                                           ? Stepped<double>(spec, lr, *before, grad, prev, name)
+                                           : Stepped<float>(spec, lr, *before, grad, prev, name);
+          const std::vector<double>& want = stepped.param;
           Account(out, Checkpoint::kParams);
           auto m = CompareElementwise({st.step, Checkpoint::kParams, name, rank.rank}, after->data, want,
                                       std::vector<double>(want.size(), 0.0), "the optimizer update (core/optimizer.h)");
-          if (!m) continue;
+          if (!m) {
+            // The optimizer's state after the step, from the same update (torch's formulas, bitwise): a state
+            // the ranks all recorded wrong would otherwise only show in later steps' parameters, or never.
+            for (const auto& [key, value] : stepped.state) {
+              const auto it = st.opt_state.find(key);
+              const Tensor* got = it == st.opt_state.end() ? nullptr : Get(it->second, name);
+              if (!got || got->data.size() != value.size()) continue;
+              const std::string tensor = "opt." + key + "." + name;
+              Account(out, Checkpoint::kParams);
+              m = CompareElementwise({st.step, Checkpoint::kParams, tensor, rank.rank}, got->data, value,
+                                     std::vector<double>(value.size(), 0.0), "the optimizer update (core/optimizer.h)");
+              if (!m) continue;
+              m->message = fmt::format("the optimizer's {} of {} after the step is not {}'s update of the previous "
+                                       "state with the recorded gradient (the parameter's update is)", key, name,
+                                       r.optimizer_type);
+              f->push_back({*m, "", m->message, 6});
+              reported = true;
+              break;
+            }
+            if (reported) break;
+            continue;
+          }
           m->message = st.optimizer_steps == 0
                            ? fmt::format("{} changed in a step in which the recorded optimizer ({}) did not step: "
                                          "another optimizer stepped it (one made after the recorder: give that one "
@@ -239,7 +290,17 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
       }
     }
   }
-  out->checked.push_back("optimizer update (" + r.optimizer_type + ") reproduced bitwise from state, grads and lr");
+  if (edited_first) {
+    std::string names;
+    for (size_t i = 0; i < edited_names.size() && i < 3; ++i) names += (i ? ", " : "") + edited_names[i];
+    if (edited_names.size() > 3) names += fmt::format(" and {} more", edited_names.size() - 3);
+    out->skipped.push_back(fmt::format(
+        "optimizer update of {} at the steps the loop changed them outside optimizer.step() (first on rank {} at "
+        "step {}: a checkpoint loaded, weights clipped, p.data edited)", names, edited_first->first,
+        edited_first->second));
+  }
+  out->checked.push_back("optimizer update (" + r.optimizer_type + ") and its state reproduced bitwise from state, "
+                         "grads and lr");
 }
 
 }  // namespace ddpcheck::core

@@ -315,5 +315,77 @@ TEST(CheckProtocol, ParameterUpdateThatIsNotTheOptimizersFails) {
   EXPECT_EQ(res.result.first->key.rank, 0);
 }
 
+// The loop changed the parameters outside optimizer.step() (a checkpoint loaded on every rank, WGAN's clipping):
+// the recorder names them (edited_before_step / edited_after_step) and their update at that step is not checked,
+// while the ranks are still compared.
+TEST(CheckProtocol, ParametersTheLoopChangedOutsideTheStepAreNotHeldToTheOptimizersUpdate) {
+  for (const bool named : {false, true}) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    for (auto& rank : r.ranks) {
+      rank.steps[0].params["w"].data[1] = 0.05;  // clipped on every rank
+      if (named) rank.steps[0].edited_after = {"w"};
+    }
+    const ProtocolResult res = CheckProtocol(r);
+    EXPECT_EQ(res.result.pass, named);
+    if (named) EXPECT_NE(res.result.derivation.find("outside optimizer.step()"), std::string::npos);
+  }
+}
+
+// The optimizer's state after the step is torch's update too, bitwise: a momentum buffer every rank recorded
+// wrong (one the next step would read) fails at the step that recorded it.
+TEST(CheckProtocol, OptimizerStateThatIsNotTheUpdatesFails) {
+  for (const double factor : {1.0, 1.5}) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    r.groups[0].spec.momentum = 0.9;
+    for (auto& rank : r.ranks) {
+      Tensor buf = rank.steps[0].grads.at("w");  // torch's first step: the buffer is the gradient
+      for (double& v : buf.data) v *= factor;
+      rank.steps[0].opt_state["momentum_buffer"]["w"] = buf;
+    }
+    const ProtocolResult res = CheckProtocol(r);
+    EXPECT_EQ(res.result.pass, factor == 1.0);
+    if (factor != 1.0) {
+      ASSERT_TRUE(res.result.first.has_value());
+      EXPECT_EQ(res.result.first->key.tensor, "opt.momentum_buffer.w");
+    }
+  }
+}
+
+// The gradients optimizer.step() saw are W x DDP's reduced ones: the loop all-reduced (summed) them again.
+TEST(CheckProtocol, GradientsSummedAgainAfterDdpAreLossTimesWorld) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  for (auto& rank : r.ranks) {
+    auto& st = rank.steps[0];
+    for (double& v : st.grads["w"].data) v *= 2;
+    for (size_t i = 0; i < 3; ++i) st.params["w"].data[i] = std::fma(-0.1, st.grads["w"].data[i], rank.init["w"].data[i]);
+  }
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "loss-times-world");
+  EXPECT_NE(res.result.first->message.find("all-reduced them again"), std::string::npos) << res.result.first->message;
+}
+
+// Ranks whose shuffling DistributedSamplers are at different epochs in one step (resumed from different
+// checkpoints) permute their shards with different seeds: sampler-seed-per-rank, named at the rank that differs.
+TEST(CheckProtocol, SamplerEpochsThatDifferBetweenRanksAreSamplerSeedPerRank) {
+  for (const int epoch1 : {0, 1}) {
+    ProtocolRecords r = Records({1.0, 1.0, 1.0});
+    for (auto& rank : r.ranks) {
+      rank.sampler = nlohmann::json{{"type", "DistributedSampler"}, {"seed", 0}, {"shuffle", true},
+                                    {"num_replicas", 3}, {"rank", rank.rank}};
+    }
+    r.ranks[1].steps[0].epoch = epoch1;
+    const ProtocolResult res = CheckProtocol(r);
+    EXPECT_EQ(res.result.pass, epoch1 == 0);
+    if (epoch1 != 0) {
+      ASSERT_TRUE(res.diagnosis.has_value());
+      EXPECT_EQ(res.diagnosis->pattern, "sampler-seed-per-rank");
+      EXPECT_EQ(res.result.first->key.rank, 1);
+      EXPECT_EQ(res.result.first->key.tensor, "epoch");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ddpcheck::core

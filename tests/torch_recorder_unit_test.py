@@ -25,6 +25,7 @@
     gradients are zeroed before the step's optimizer.step() (a GAN's generator step through the discriminator) are
     not part of the step; forwards whose losses the loop sums into the loss it passes are summed, not averaged.
 Run by ctest (label torch); exits 77 (skipped) where torch is absent."""
+import copy
 import json
 import os
 import sys
@@ -688,6 +689,72 @@ class BucketTaps(unittest.TestCase):
             half = len(flags) // 2
             self.assertEqual(flags, [False] * half + [True] * half)
 
+
+
+class EditedOutsideTheStep(unittest.TestCase):
+    """Parameters (or their optimizer state) the loop changes outside optimizer.step() are named in the step's
+    record: after the step (WGAN's clipping through p.data, which torch's version counter does not see) as
+    edited_after_step, between rec.step() and the next optimizer.step() (a checkpoint loaded on every rank, an
+    optimizer state reset) as edited_before_step; the run is then not replayed. A plain loop records neither."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+
+    def _steps(self, edit):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        out = tempfile.mkdtemp()
+        saved = None
+        with ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out) as rec:
+            for s in range(4):
+                opt.zero_grad()
+                x, y = torch.randn(6, 4), torch.randn(6, 2)
+                nn.MSELoss()(ddp(x), y).backward()
+                opt.step()
+                if edit == "clip" and s == 1:
+                    for p in ddp.parameters():
+                        p.data.clamp_(-0.05, 0.05)
+                rec.step(torch.arange(6) + 6 * s, x, y)
+                if s == 0:
+                    saved = ({k: v.clone() for k, v in ddp.state_dict().items()}, copy.deepcopy(opt.state_dict()))
+                if edit == "rollback" and s == 2:
+                    ddp.load_state_dict(saved[0])
+                    opt.load_state_dict(saved[1])
+                if edit == "state" and s == 1:
+                    opt.load_state_dict(saved[1])  # only the optimizer's state (momentum) goes back
+        return _index(out)
+
+    def test_a_plain_loop_records_no_edit(self):
+        ix = self._steps(None)
+        for st in ix["steps"]:
+            self.assertNotIn("edited_before_step", st)
+            self.assertNotIn("edited_after_step", st)
+        self.assertFalse(any("outside optimizer.step()" in r for r in ix["replay"]["reasons"]))
+
+    def test_clipping_through_p_data_after_the_step_is_named_at_its_step(self):
+        ix = self._steps("clip")
+        self.assertEqual(ix["steps"][1].get("edited_after_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
+        self.assertTrue(all("edited_before_step" not in st for st in ix["steps"]))
+        self.assertTrue(all("edited_after_step" not in st for k, st in enumerate(ix["steps"]) if k != 1))
+        self.assertTrue(any("outside optimizer.step() (first at step 1" in r for r in ix["replay"]["reasons"]))
+
+    def test_a_checkpoint_loaded_between_steps_is_named_at_the_next_step(self):
+        ix = self._steps("rollback")
+        self.assertEqual(ix["steps"][3].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
+        self.assertTrue(all("edited_after_step" not in st for st in ix["steps"]))
+
+    def test_an_optimizer_state_loaded_alone_is_named_too(self):
+        ix = self._steps("state")
+        self.assertEqual(ix["steps"][2].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
 
 if __name__ == "__main__":
     unittest.main()

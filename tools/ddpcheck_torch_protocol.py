@@ -255,9 +255,16 @@ class BucketTap:
 
 
 class StepTap:
-    """optimizer.step wrapped (a bound method, so lr schedulers created later can still wrap it)."""
+    """optimizer.step wrapped (a bound method, so lr schedulers created later can still wrap it).
 
-    def __init__(self, opt, scheduler_count=lambda: 0, buckets=None):
+    fingerprint (optional): params -> {id(param): checksum of its bytes and its optimizer state's}. With it the tap
+    notices parameters (or their optimizer state) changed outside optimizer.step(): a checkpoint loaded on every
+    rank, weights clipped after the step (WGAN), `p.data` edited. torch's version counter would miss the last:
+    `p.data` has a counter of its own. The recorder takes one at each rec.step() (mark()); the tap one before
+    and one after each optimizer.step(), so a change between rec.step() and the next optimizer.step() lands in
+    `edited_before`, one between optimizer.step() and rec.step() in what mark() returns."""
+
+    def __init__(self, opt, scheduler_count=lambda: 0, buckets=None, fingerprint=None):
         self.opt = opt
         self.calls = 0
         self.scheduler_count = scheduler_count
@@ -265,9 +272,14 @@ class StepTap:
         self.lrs = None  # each group's lr at the last step
         self.hyper = None  # each group's hyper-parameters at the last step (OneCycleLR cycles momentum/betas)
         self.grads = None  # {id(param): grad copy} at the last step
+        self.fingerprint = fingerprint
+        self.last = None  # the latest fingerprints (at mark() or after an optimizer.step())
+        self.edited_before = set()  # ids of params changed before an optimizer.step() since the last take()
         original = opt.step
 
         def step(_self, *args, **kwargs):
+            if self.fingerprint is not None:
+                self.edited_before |= self._changed()
             self.calls += 1
             self.schedulers_before = scheduler_count()
             self.lrs = [float(g["lr"]) for g in opt.param_groups]
@@ -278,14 +290,42 @@ class StepTap:
                 self.grads = buckets.grads_at_step(params)
             else:
                 self.grads = {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
+            if self.fingerprint is not None:
+                self.last = self.fingerprint(params)
+            return out
         if getattr(original, "_with_counter", False):
             step._with_counter = True
         opt.step = types.MethodType(step, opt)
 
+    def _params(self):
+        return [p for g in self.opt.param_groups for p in g["params"]]
+
+    def _changed(self):
+        """ids of the params whose fingerprint differs from the latest taken (none before the first)."""
+        if self.last is None:
+            return set()
+        now = self.fingerprint(self._params())
+        return {i for i, c in now.items() if i in self.last and self.last[i] != c}
+
+    def mark(self):
+        """At rec.step() (and when the recorder starts): the ids of params changed since the last optimizer.step()
+        (or the last mark), and a new fingerprint to compare the next optimizer.step()'s start with."""
+        if self.fingerprint is None:
+            return set()
+        params = self._params()
+        now = self.fingerprint(params)
+        changed = set() if self.last is None else {i for i, c in now.items() if i in self.last and self.last[i] != c}
+        self.last = now
+        return changed
+
     def take(self):
         out = (self.calls, self.lrs, self.grads, self.schedulers_before, self.hyper)
         self.calls, self.grads, self.lrs, self.schedulers_before, self.hyper = 0, None, None, None, None
+        return out
+
+    def take_edited(self):
+        out, self.edited_before = self.edited_before, set()
         return out
 
 
@@ -331,7 +371,7 @@ def _changed_loss(user_loss, outputs, forwards):
     """Why the reference cannot stand for the loop's objective, or None: the loss the loop passed to rec.step() is
     neither the loss module's value (summed or averaged over the step's forwards, or one forward's) nor a clean
     multiple of it (a
-    whole factor, or p/q with q <= 8: a scaled loss, whose factor the checks read), so the loop adds terms (a
+    whole factor, p/q with q <= 8, or 1/q: a scaled loss, whose factor the checks read), so the loop adds terms (a
     regularizer, a penalty) the reference, which computes the loss module's gradient, does not know."""
     if not isinstance(user_loss, float) or not math.isfinite(user_loss) or not outputs or None in outputs \
             or len(outputs) != forwards:
@@ -347,6 +387,12 @@ def _changed_loss(user_loss, outputs, forwards):
             p = round(r * q)
             if p != 0 and abs(r - p / q) <= 1e-5 * abs(r):
                 return None
+        # 1/q for any whole q (a loss divided by the accumulation window times the world size: 1/12 at 4 x 3), where
+        # the loop's float division leaves r within a few float32 roundings of it: a loss with added terms lands
+        # that close to some 1/q with odds of about 2e-6 / |r|
+        q = round(1 / r) if r != 0 and math.isfinite(1 / r) else 0
+        if 8 < abs(q) <= 1 << 24 and abs(r - 1 / q) <= 1e-6 * abs(r):
+            return None
     return ("the loss passed to rec.step() (%.9g) is not the loss module's value (%.9g over %d forward(s)) or a "
             "clean multiple of it: the loop adds terms (a regularizer, a penalty) that the reference, the loss "
             "module's gradient, does not know; pass loss_fn= a function of (output, target) computing the whole "
