@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
@@ -15,6 +16,7 @@
 #include "cli/gpu_handover.h"
 #include "cli/usage_hints.h"
 #include "core/check.h"
+#include "core/file.h"
 #include "core/version.h"
 
 namespace ddpcheck::cli {
@@ -107,6 +109,18 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : commands) {
       if (sub->parsed()) return run();
     }
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A std::filesystem call on a path the user gave that the OS refused (a symlink loop, a name too long): bad
+    // input, said in one line with the path and the OS's reason. The readers check their paths without throwing
+    // (core/file.h ExpectFile); this is the net under any that does not.
+    std::string sub = "ddpcheck";
+    for (auto& [cmd, run] : commands) {
+      if (cmd->parsed()) sub += " " + cmd->get_name();
+    }
+    const std::string path = e.path1().string();
+    cli::ErrLine(sub + ": " + (path.empty() ? std::string() : core::ShownPath(path) + ": ") + e.code().message() +
+                 "\n");
+    return 2;
   } catch (const core::CheckError& e) {
     cli::ErrLine(std::string("ddpcheck: internal invariant broken (a bug in ddpcheck, please report): ") + e.what() +
                  "\n");

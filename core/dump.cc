@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/dump_index.h"
+#include "core/file.h"
 #include "core/finite.h"
 #include "core/json_reader.h"
 #include "core/npy_archive.h"
@@ -27,7 +28,9 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxDumpVersion = 3;
 
 Status ReadIndex(const std::string& path, nlohmann::json* out) {
-  if (!fs::is_regular_file(path)) return Status::NotFound(path + ": not found");
+  if (Status at = ExpectFile(path); !at.ok()) {  // a symlink loop, a folder: the OS's reason, not "not found"
+    return at.code() == Code::kNotFound ? Status::NotFound(path + ": not found") : at;
+  }
   DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, out));
   if (!out->is_object() || !out->contains("format") || out->at("format") != "ddpcheck-torch-dump") {
     return Status::Invalid(path + ": not a ddpcheck torch dump (\"format\" must be \"ddpcheck-torch-dump\"; "
@@ -594,9 +597,10 @@ Status Finite(const TorchDump& d, const std::string& dir) {
 // why rank `missing` left no index (mp.spawn terminates the other ranks when one raises, before their recorders
 // close), said in the same line.
 std::string RecordedCause(const std::string& dir, int world, int missing) {
-  for (int q = 0; q < world && fs::is_directory(dir + "/rank" + std::to_string(q)); ++q) {
+  std::error_code ec;
+  for (int q = 0; q < world && fs::is_directory(dir + "/rank" + std::to_string(q), ec); ++q) {
     nlohmann::json ix;
-    if (q == missing || !fs::exists(dir + "/rank" + std::to_string(q) + "/index.json") ||
+    if (q == missing || !fs::is_regular_file(dir + "/rank" + std::to_string(q) + "/index.json", ec) ||
         !ReadIndex(dir + "/rank" + std::to_string(q) + "/index.json", &ix).ok()) {
       continue;
     }
@@ -664,7 +668,7 @@ Status NoRankPastWorld(const std::string& dir, int world) {
     }
     const int64_t k = std::stoll(name.substr(4));
     std::error_code ec2;
-    if (k >= world && fs::exists(it->path() / "index.json", ec2)) {
+    if (k >= world && fs::is_regular_file(it->path() / "index.json", ec2)) {
       return Status::Invalid(fmt::format(
           "{}/index.json: a rank folder past the world: {}/rank0/index.json /world_size is {}, so ranks 0 to {} "
           "recorded; {} comes from another recording (remove it, or record again into an empty folder)",
@@ -679,15 +683,16 @@ Status NoRankPastWorld(const std::string& dir, int world) {
 Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   *out = TorchDump();
   out->dir = dir;
-  if (!fs::is_directory(dir)) return Status::NotFound(dir + ": not found (expected a folder written by DdpRecorder)");
+  DDPCHECK_RETURN_IF_ERROR(ExpectDirectory(dir, " (expected a folder written by DdpRecorder)"));
   TorchDumpRank r0;
-  if (!fs::exists(dir + "/rank0/index.json")) {
+  if (ExpectFile(dir + "/rank0/index.json").code() == Code::kNotFound) {
     // A recording that never closed (the run raised outside `with DdpRecorder(...)`, was killed, or never called
     // rec.close()) leaves its step archives but no index, which close() writes.
     int64_t archives = 0;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir + "/rank0", ec)) {
-      const std::string name = e.path().filename().string();
+    fs::directory_iterator it(dir + "/rank0", ec), end;
+    for (; !ec && it != end; it.increment(ec)) {  // (operator++ throws)
+      const std::string name = it->path().filename().string();
       archives += name.ends_with(".npz") || name == "run.json" ? 1 : 0;  // init.npz, s<k>.npz: the recorder's
     }
     if (!ec && archives > 0) {
@@ -704,7 +709,9 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                .Prefixed(dir + "/rank0/index.json"));
   out->world = static_cast<int>(world);
   for (int r = 0; r < out->world; ++r) {  // every rank's index first: a missing rank is the headline
-    if (!fs::exists(dir + "/rank" + std::to_string(r) + "/index.json")) {
+    const Status at = ExpectFile(dir + "/rank" + std::to_string(r) + "/index.json");
+    if (!at.ok() && at.code() != Code::kNotFound) return at;  // a symlink loop, a folder, a FIFO: said as such
+    if (!at.ok()) {
       const std::string cause = RecordedCause(dir, out->world, r);
       return Status::NotFound(fmt::format("{}/rank{}/index.json: not found: world_size is {} but rank {} left no "
                                           "index (its process died before the recorder closed?){}",

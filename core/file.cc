@@ -1,6 +1,8 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,9 +20,54 @@ std::string IoErrorText(int err, const std::string& doing, const std::string& pa
   return path + ": " + doing + " failed: " + std::strerror(err);
 }
 
+std::string ShownPath(const std::string& path) {
+  if (path.size() <= 300) return path;
+  return path.substr(0, 100) + "...(" + std::to_string(path.size()) + " characters)..." +
+         path.substr(path.size() - 100);
+}
+
+namespace {
+
+// What stands at `path` when it is not what was expected (`want`: "a file" or "a folder").
+const char* KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISREG(mode)) return "a file";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a file nor a folder";
+}
+
+Status Expect(const std::string& path, bool dir, const std::string& missing, const std::string& hint) {
+  struct stat st {};
+  const std::string shown = ShownPath(path);
+  if (path.empty()) return Status::NotFound("'': " + missing + " (an empty path)" + hint);
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return Status::NotFound(shown + ": " + missing + hint);
+    if (err == ELOOP) return Status::Invalid(shown + ": too many levels of symbolic links (a symlink loop?)" + hint);
+    if (err == ENAMETOOLONG) {
+      return Status::Invalid(shown + ": file name too long (" + std::strerror(err) + "; the OS takes at most " +
+                             std::to_string(PATH_MAX - 1) + " characters, " + std::to_string(NAME_MAX) +
+                             " per name)" + hint);
+    }
+    return Status::Invalid(shown + ": cannot be read: " + std::strerror(err) + hint);
+  }
+  if (dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) return Status::Ok();
+  return Status::Invalid(shown + ": is " + KindOf(st.st_mode) +
+                         (hint.empty() ? std::string(", expected ") + (dir ? "a folder" : "a file") : hint));
+}
+
+}  // namespace
+
+Status ExpectFile(const std::string& path, const std::string& hint) { return Expect(path, false, "no such file", hint); }
+
+Status ExpectDirectory(const std::string& path, const std::string& hint) { return Expect(path, true, "not found", hint); }
+
 Status ReadFileToString(const std::string& path, std::string* out) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return Status::NotFound(path + ": no such file");
+  DDPCHECK_RETURN_IF_ERROR(ExpectFile(path));
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec && size > static_cast<uintmax_t>(kMaxInputFileBytes)) {
     return Status::Invalid(path + ": " + std::to_string(size) + " bytes; ddpcheck reads input files of at most " +

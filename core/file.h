@@ -11,7 +11,19 @@ namespace ddpcheck::core {
 // limits allow (core/scenario.h), so a path to a huge file is refused before it is read into memory.
 constexpr long long kMaxInputFileBytes = 1LL << 30;
 
-// NotFound when `path` is not a regular file; InvalidArgument when it is larger than kMaxInputFileBytes; Io
+// Ok when `path` is a regular file (symlinks followed). Otherwise one line naming the path and the OS's reason:
+// NotFound "<path>: no such file<hint>" when nothing is there (or a dangling symlink); InvalidArgument
+// "<path>: is a directory, expected a file" (a FIFO, a socket, a device alike), "<path>: too many levels of
+// symbolic links (a symlink loop)", "<path>: file name too long" (the path shortened), or the strerror text.
+// A non-empty `hint` replaces ", expected a file" after the kind. Never throws (std::filesystem's status() throws
+// on ELOOP and ENAMETOOLONG).
+Status ExpectFile(const std::string& path, const std::string& hint = "");
+// The same for a folder: NotFound "<path>: not found<hint>", "<path>: is a file, expected a folder<hint>".
+Status ExpectDirectory(const std::string& path, const std::string& hint = "");
+// `path` for a message: paths longer than 300 characters keep their first and last 100 ("/tmp/aaa...aaa/x").
+std::string ShownPath(const std::string& path);
+
+// ExpectFile, then NotFound when `path` is not a regular file; InvalidArgument when it is larger than kMaxInputFileBytes; Io
 // when it cannot be read.
 Status ReadFileToString(const std::string& path, std::string* out);
 // Creates or truncates `path`; Io when it cannot be written, naming the cause ("disk full writing

@@ -361,8 +361,10 @@ Status CheckMeta(const nlohmann::json& meta, const std::string& where) {
 
 Status Trace::Read(const std::string& dir, Trace* out) {
   const std::string path = dir + "/index.json";
-  if (!std::filesystem::is_regular_file(path)) {
-    return Status::NotFound(path + ": no trace here (expected a folder written by --dump-trace)");
+  if (Status at = ExpectFile(path); !at.ok()) {  // a symlink loop or a folder named index.json: the OS's reason
+    return at.code() == Code::kNotFound
+               ? Status::NotFound(path + ": no trace here (expected a folder written by --dump-trace)")
+               : Status(at.code(), at.message() + " (expected a folder written by --dump-trace)");
   }
   nlohmann::json index;
   DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, &index));

@@ -6,6 +6,7 @@
 // of an archive gives the tensor it held or one line naming the archive and the entry, never another value;
 // hostile headers (compression, zip64, sizes past the file, a missing entry) exit 2 naming both; the damaged
 // recorder dumps committed in tests/bad_input/dump_*/ exit 2 naming the file and the entry.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -509,6 +510,56 @@ TEST(BadRecordedInput, RanksOfOneRecordingAgreeOnWhatDescribesTheRecording) {
     const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.File("d") + "'");
     EXPECT_TRUE(o.exit_code == 0 || o.exit_code == 1) << o.exit_code << o.out << o.err;
   }
+}
+
+// A path the OS refuses (a symlink loop: the dump folder, a rank folder, an index; a name past PATH_MAX; a folder
+// or a FIFO where a file is expected) is one line naming the path and the OS's reason, exit 2 (std::filesystem
+// threw: "ddpcheck: error: filesystem error: status: Too many levels of symbolic links", exit 3).
+TEST(BadRecordedInput, PathsTheOsRefusesExit2NamingThePathAndTheReason) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const auto fresh = [&](const std::string& name) {
+    fs::remove_all(dir.File(name));
+    WriteTwoRankDump(dir.File(name));
+    return dir.File(name);
+  };
+  const std::string loop = "too many levels of symbolic links";
+  {
+    const std::string d = fresh("rank_loop");
+    fs::remove_all(d + "/rank1");
+    fs::create_directory_symlink("rank1", d + "/rank1");
+    ExpectNamed(testing::RunCli("torch-compare -q '" + d + "'"), 2, {d + "/rank1/index.json", loop});
+  }
+  {
+    const std::string d = fresh("index_loop");
+    fs::remove(d + "/rank1/index.json");
+    fs::create_symlink("index.json", d + "/rank1/index.json");
+    ExpectNamed(testing::RunCli("torch-compare -q '" + d + "'"), 2, {d + "/rank1/index.json", loop});
+  }
+  fs::create_directory_symlink("self", dir.File("self"));
+  ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("self") + "'"), 2, {dir.File("self"), loop});
+  ExpectNamed(testing::RunCli("diff -q '" + dir.File("self") + "' '" + dir.File("self") + "'"), 2,
+              {dir.File("self"), loop});
+  ExpectNamed(testing::RunCli("run -q --comm local '" + dir.File("self") + "'"), 2, {dir.File("self"), loop});
+  const std::string long_path = dir.path() + "/" + std::string(5000, 'a');
+  ExpectNamed(testing::RunCli("torch-compare -q '" + long_path + "'"), 2, {"file name too long"});
+  ExpectNamed(testing::RunCli("diff -q '" + long_path + "' '" + long_path + "'"), 2, {"file name too long"});
+  ExpectNamed(testing::RunCli("run -q '" + long_path + "'"), 2, {"file name too long"});
+  {
+    const std::string d = fresh("index_dir");
+    fs::remove(d + "/rank1/index.json");
+    fs::create_directory(d + "/rank1/index.json");
+    ExpectNamed(testing::RunCli("torch-compare -q '" + d + "'"), 2,
+                {d + "/rank1/index.json: is a directory, expected a file"});
+  }
+  {
+    const std::string d = fresh("index_fifo");
+    fs::remove(d + "/rank1/index.json");
+    ASSERT_EQ(::mkfifo((d + "/rank1/index.json").c_str(), 0644), 0);
+    ExpectNamed(testing::RunCli("torch-compare -q '" + d + "'"), 2, {d + "/rank1/index.json: is a FIFO"});
+  }
+  ExpectNamed(testing::RunCli("run -q '" + dir.path() + "'"), 2, {dir.path() + ": is a directory, expected a file"});
+  ExpectNamed(testing::RunCli("run -q /dev/zero"), 2, {"/dev/zero: is a character device, expected a file"});
 }
 
 // A real trace of a small run, to damage.
