@@ -26,6 +26,10 @@ const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands();
 // looking for a rank's line, cannot take apart.
 void ErrLine(const std::string& line);
 
+// A command line CLI11 could not parse: prints "ddpcheck <subcommand>: <what> (see ddpcheck <subcommand> --help)"
+// as one line (CLI11's own is two, without the command) and returns 2.
+int ParseFailure(const CLI::App& app, const std::string& what);
+
 // Prints "ddpcheck <cmd>: <status>" on stderr (one write) and returns the status's exit code (core::ExitCodeFor).
 int Fail(const std::string& cmd, const core::Status& status);
 

@@ -45,6 +45,20 @@ void ErrLine(const std::string& line) {
   }
 }
 
+int ParseFailure(const CLI::App& app, const std::string& what) {
+  std::string name = "ddpcheck";
+  for (const CLI::App* a = &app;;) {  // the subcommands parsed so far: "ddpcheck run"
+    const auto subs = a->get_subcommands();
+    if (subs.empty()) break;
+    a = subs.front();
+    name += " " + a->get_name();
+  }
+  std::string line = what;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  ErrLine(name + ": " + line + " (see " + name + " --help)\n");
+  return 2;
+}
+
 int Fail(const std::string& cmd, const core::Status& status) {
   ErrLine("ddpcheck " + cmd + ": " + status.ToString() + "\n");
   return core::ExitCodeFor(status);
@@ -100,10 +114,23 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    return app.exit(e) == 0 ? 0 : 2;
+    return cli::ParseFailure(app, e.what());
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return cli::ParseFailure(app, e.what());
+  }
+  // A value given as '' ("--world ''", a scenario path ''): CLI11 takes it as not given (the default ran).
+  for (const CLI::App* sub = &app; sub != nullptr;) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      if (opt->count() == 0 || opt->get_type_size_max() == 0) continue;  // absent, or a flag
+      for (const std::string& v : opt->results()) {
+        if (v.empty()) {
+          return cli::ParseFailure(app, opt->get_name(!opt->nonpositional()) + ": an empty value; give one or leave the option out");
+        }
+      }
+    }
+    const auto subs = sub->get_subcommands();
+    sub = subs.empty() ? nullptr : subs.front();
   }
   try {
     for (auto& [sub, run] : commands) {
