@@ -223,6 +223,65 @@ ParamTable ParamsOf(const nlohmann::json& ix) {
 // Loads a group of tensor files (name -> file). With `params`, a file holding a parameter's tensor (its value, grad
 // or optimizer state) must have the parameter's shape, and with same_dtype its dtype too: `where` is the group's
 // JSON pointer in the index, for the error.
+// This rank's local gradient of each parameter at step `step` (kLocalGrad), cut from the local buckets the
+// recorder's communication hook kept: the step-local replay compares it with the replay's gradient of this rank's
+// own batch (a rank whose loss or batch is wrong, or ranks' buckets swapped, while their mean still agrees). Only
+// for a step whose every bucket was reduced once and whose layout covers the parameters as /params sizes them
+// (the protocol check reports any other layout); a sparse parameter's bucket is left out.
+Status LoadLocalGrads(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& ix,
+                      const nlohmann::json& st, int64_t step, Trace* trace) {
+  if (!st.contains("buckets") || !st.at("buckets").is_array() || !ix.contains("params")) return Status::Ok();
+  const auto& plist = ix.at("params");
+  std::set<int64_t> seen;
+  for (const auto& b : st.at("buckets")) {
+    if (!b.is_object() || !b.contains("index") || !b.at("index").is_number_integer()) return Status::Ok();
+    if (!seen.insert(b.at("index").get<int64_t>()).second) return Status::Ok();  // reduced twice in the step
+  }
+  for (const auto& b : st.at("buckets")) {
+    if (!b.contains("local") || !b.at("local").is_string() || !b.contains("params") || !b.at("params").is_array()) {
+      continue;
+    }
+    std::vector<std::pair<std::string, std::vector<int64_t>>> cut;
+    int64_t total = 0;
+    bool usable = true;
+    for (const auto& i : b.at("params")) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || static_cast<size_t>(i.get<int64_t>()) >= plist.size()) {
+        usable = false;
+        break;
+      }
+      const auto& p = plist[static_cast<size_t>(i.get<int64_t>())];
+      if (p.value("sparse", false) || !p.contains("name") || !p.at("name").is_string() || !p.contains("shape")) {
+        usable = false;
+        break;
+      }
+      std::vector<int64_t> shape;
+      int64_t n = 1;
+      for (const auto& d : p.at("shape")) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+          usable = false;
+          break;
+        }
+        shape.push_back(d.get<int64_t>());
+        n *= d.get<int64_t>();
+      }
+      total += n;
+      cut.emplace_back(p.at("name").get<std::string>(), std::move(shape));
+    }
+    if (!usable || cut.empty()) continue;
+    Tensor local;
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("local").get<std::string>(), &local));
+    if (local.numel() != total) continue;
+    int64_t at = 0;
+    for (auto& [name, shape] : cut) {
+      const int64_t n = NumelOf(shape);
+      std::vector<double> v(local.data.begin() + at, local.data.begin() + at + n);
+      at += n;
+      trace->Add({step, Checkpoint::kLocalGrad, name, r.rank}, Tensor(local.dtype, std::move(shape), std::move(v)));
+    }
+  }
+  return Status::Ok();
+}
+
 Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& files, int64_t step,
                  Checkpoint c, const std::string& prefix, Trace* trace, const ParamTable* params = nullptr,
                  bool same_dtype = false, const std::string& where = "") {
@@ -358,6 +417,10 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
     if (!st.ok()) return st.Prefixed(r.dir + "/index.json");
   }
   if (s->data.x.data.empty()) {
+    if (ix.value("steps", nlohmann::json::array()).empty()) {
+      return Status::Invalid("no step was recorded: rec.step() was never called between the recorder's start and "
+                             "rec.close() (did the loop run no step? a resumed run already past its last epoch?)");
+    }
     return Status::Invalid("no dataset: call rec.set_dataset(X, Y) or pass xb, yb to rec.step()");
   }
   s->data.samples = s->data.x.shape[0];
@@ -562,6 +625,7 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace, &params,
                                          true, JsonPath(at, "params")));
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadLocalGrads(*r, tensors, ix, st, s, trace));
       const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
       for (const auto& [state, files] : optimizer_state.items()) {
         DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, files, s, Checkpoint::kParams, "opt." + state + ".", trace,
@@ -654,10 +718,12 @@ Status SameRecording(const std::string& dir, int r, const nlohmann::json& ix, co
   return Status::Ok();
 }
 
-// A rank folder past the world (rank<k>/ with an index, k >= world_size): a folder left by another recording (a
-// recorder clears its own rank's folder only), read as if it were this one's by nothing, so said rather than
-// ignored.
-Status NoRankPastWorld(const std::string& dir, int world) {
+// A rank folder past the world (rank<k>/ with an index, k >= world_size) that claims this recording (its
+// "peer_run" or "run" is rank 0's "run"): a damaged dump, said. One of another recording (a re-recording into the
+// same folder with fewer ranks: a recorder clears its own rank's folder only) is left alone, as it always was.
+Status NoRankPastWorld(const std::string& dir, int world, const nlohmann::json& rank0) {
+  if (!rank0.contains("run") || !rank0.at("run").is_string()) return Status::Ok();
+  const nlohmann::json& run = rank0.at("run");
   std::error_code ec;
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
@@ -668,11 +734,14 @@ Status NoRankPastWorld(const std::string& dir, int world) {
     }
     const int64_t k = std::stoll(name.substr(4));
     std::error_code ec2;
-    if (k >= world && fs::is_regular_file(it->path() / "index.json", ec2)) {
+    if (k < world || !fs::is_regular_file(it->path() / "index.json", ec2)) continue;
+    nlohmann::json ix;
+    if (!ReadIndex((it->path() / "index.json").string(), &ix).ok()) continue;  // not this recording's either
+    if (ix.value("peer_run", nlohmann::json()) == run || ix.value("run", nlohmann::json()) == run) {
       return Status::Invalid(fmt::format(
-          "{}/index.json: a rank folder past the world: {}/rank0/index.json /world_size is {}, so ranks 0 to {} "
-          "recorded; {} comes from another recording (remove it, or record again into an empty folder)",
-          it->path().string(), dir, world, world - 1, name));
+          "{}/index.json: a rank folder past the world that names this recording's run: {}/rank0/index.json "
+          "/world_size is {}, so ranks 0 to {} recorded (a damaged or edited dump: record again into an empty folder)",
+          it->path().string(), dir, world, world - 1));
     }
   }
   return Status::Ok();
@@ -718,7 +787,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                           dir, r, out->world, r, cause));
     }
   }
-  DDPCHECK_RETURN_IF_ERROR(NoRankPastWorld(dir, out->world));
+  DDPCHECK_RETURN_IF_ERROR(NoRankPastWorld(dir, out->world, r0.index));
   std::vector<nlohmann::json> indexes(static_cast<size_t>(out->world));
   bool join = false;
   for (int r = 0; r < out->world; ++r) {

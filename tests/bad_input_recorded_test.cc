@@ -494,12 +494,20 @@ TEST(BadRecordedInput, RanksOfOneRecordingAgreeOnWhatDescribesTheRecording) {
     testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
     ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, c.named);
   }
-  // a rank folder past the world: another recording's
+  // a rank folder past the world that names this recording's run: a damaged dump
   std::filesystem::remove_all(dir.File("d"));
   WriteTwoRankDump(dir.File("d"));
   std::filesystem::copy(dir.File("d/rank1"), dir.File("d/rank2"));
   ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2,
               {"rank2/index.json: a rank folder past the world", "/world_size is 2"});
+  // one left by an earlier recording into the same folder with more ranks (its own run): not this one's, ignored
+  json stale = json::parse(testing::ReadFile(dir.File("d/rank2/index.json")));
+  stale["peer_run"] = "run-of-an-earlier-recording";
+  testing::WriteFile(dir.File("d/rank2/index.json"), stale.dump());
+  {
+    const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.File("d") + "'");
+    EXPECT_TRUE(o.exit_code == 0 || o.exit_code == 1) << o.exit_code << o.out << o.err;
+  }
   // settings a user can give one rank: the checks' business
   for (const DumpCase& c : std::vector<DumpCase>{{"/batch_size", 1}, {"/optimizer/lr", 0.2}, {"/optimizer/momentum", 0.5}}) {
     SCOPED_TRACE("not bad input: " + c.pointer + " = " + c.value.dump());

@@ -3,6 +3,7 @@
 // `ddpcheck torch-compare`. A correct run passes (its replay on the reference and sim agrees value by value);
 // each user mistake is named with its BUGS.md pattern and the first step, checkpoint, tensor and rank.
 #include <cctype>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -107,6 +108,25 @@ INSTANTIATE_TEST_SUITE_P(
       for (char& ch : n) ch = ch == '-' ? '_' : ch;
       return n;
     });
+
+// A replayed run's local gradients are compared rank by rank with the replay's gradient of that rank's own batch:
+// rank 0's and rank 1's local buckets swapped in one step (their mean, the reduced gradient, unchanged: it passed
+// before) fail at that step's local_grad.
+TEST(TorchLocalGrads, TwoRanksLocalBucketsSwappedInOneStepFailThere) {
+  DDPCHECK_REQUIRE_TORCH();
+  testing::TempDir tmp;
+  const std::string dump = tmp.File("dump");
+  ASSERT_EQ(testing::RunDdpExample(dump, "--world 2 --model mlp --dtype float32"), 0) << testing::ReadFile(dump + ".log");
+  const testing::CliResult clean = testing::RunCli("torch-compare '" + dump + "'");
+  ASSERT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_NE(clean.out.find("local_grad"), std::string::npos) << clean.out;  // compared in the clean run too
+  const std::string swap = std::string("/usr/bin/python3 '") + testing::SourceDir() +
+                           "/tests/torch_swap_local_buckets.py' '" + dump + "' 1";
+  ASSERT_EQ(std::system(swap.c_str()), 0) << swap;
+  const testing::CliResult bad = testing::RunCli("torch-compare '" + dump + "'");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("first divergence at step 1, local_grad"), std::string::npos) << bad.out;
+}
 
 }  // namespace
 }  // namespace ddpcheck
