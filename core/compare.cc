@@ -156,7 +156,9 @@ std::optional<Mismatch> CompareTensor(const Tensor& got, const Tensor& want, boo
     for (double w : want.data) scale = std::max(scale, std::abs(w));
   }
   const double budget = exact || elem ? 0.0 : budget_for(scale);
-  const DType dt = IsFloating(want.dtype) ? want.dtype : DType::kFloat64;
+  // ulps in the coarser of the two types: a float32 run against the float64 replay counts float32 ulps
+  DType dt = IsFloating(want.dtype) ? want.dtype : DType::kFloat64;
+  if (IsFloating(got.dtype) && UnitRoundoff(got.dtype) > UnitRoundoff(dt)) dt = got.dtype;
   int64_t bad = 0, worst = -1;
   double worst_excess = -1, max_abs = 0, max_rel = 0, max_ulps = 0, worst_budget = budget;
   double max_budget = budget, sensitivity = INFINITY;
