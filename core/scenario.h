@@ -20,6 +20,10 @@ namespace ddpcheck::core {
 constexpr int kMaxWorld = 4096;
 constexpr int64_t kMaxWidth = int64_t{1} << 20;           // a layer's in / out / features, data widths
 constexpr int64_t kMaxModelElements = int64_t{1} << 24;   // parameters + buffers of one replica (128 MiB fp64)
+// Layers of the model: a run keeps per layer, rank and step a trace record of each parameter, gradient and
+// buffer (about 10 KB of bookkeeping besides the values), so a deep stack of small layers costs memory and time
+// the element limits do not see (100,001 Linear(10, 10) layers: > 20 GB).
+constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxWorldElements = int64_t{1} << 26;   // world x model elements (every replica in one process)
 constexpr int64_t kMaxSamples = int64_t{1} << 24;         // data samples, and batch_size
 constexpr int64_t kMaxDataElements = int64_t{1} << 25;    // samples x (in_features + out_features)

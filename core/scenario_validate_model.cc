@@ -114,6 +114,11 @@ Status CheckModelAndData(const Scenario& s) {
   if (d.kind != "regression" && d.kind != "classification" && !Loaded(d)) {
     return Status::Invalid("/data/kind: must be regression, classification, npy or inline, got '" + d.kind + "'");
   }
+  if (static_cast<int64_t>(s.model.size()) > kMaxLayers) {
+    return ValueError("/model", fmt::format("must hold at most {} layers (ddpcheck's limit: a run keeps records per "
+                                            "layer, rank and step)", kMaxLayers),
+                      static_cast<int64_t>(s.model.size()));
+  }
   int64_t width = d.in_features;
   std::string width_from = "/data/in_features";
   if (Loaded(d)) {

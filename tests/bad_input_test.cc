@@ -144,6 +144,27 @@ TEST(BadInput, ModelAndWorldElementLimitsNameTheModelAndTheWorld) {
   ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q", dir), 2, {"s.json", "/data/samples", "33554432"});
 }
 
+// The number of layers is limited (docs/scenario.md "Limits"): 100,001 Linear(10, 10) layers are 11 M elements,
+// inside the element limits, but a run kept records per layer, rank and step (> 120 s, GBs).
+TEST(BadInput, LayerCountLimitNamesTheModel) {
+  TempDir dir;
+  json s = SmallScenario();
+  json model = json::array();
+  for (int i = 0; i < 100000; ++i) model.push_back({{"type", "linear"}, {"in", 4}, {"out", 4}});
+  model.push_back({{"type", "linear"}, {"in", 4}, {"out", 2}});
+  s["model"] = model;
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local", dir), 2,
+              {"s.json", "/model:", "at most 1024 layers", "got 100001"});
+  s["model"] = json::array();
+  for (int i = 0; i < 1024; ++i) s["model"].push_back(i == 1023 ? json{{"type", "linear"}, {"in", 4}, {"out", 2}}
+                                                                 : json{{"type", "relu"}});
+  s["model"][0] = {{"type", "linear"}, {"in", 4}, {"out", 4}};
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  const testing::CliResult at_limit = testing::RunCli("run '" + dir.File("s.json") + "' -q --comm local --steps 1");
+  EXPECT_EQ(at_limit.exit_code, 0) << at_limit.err;
+}
+
 TEST(BadInput, DeeplyNestedJsonIsRefusedWithItsLineAndColumnNotAStackOverflow) {
   TempDir dir;
   for (const std::string& opener : {"[", "{\"a\":"}) {
