@@ -9,6 +9,9 @@
 #include <functional>
 #include <limits>
 #include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/json_reader.h"
 #include "core/npy.h"
@@ -368,7 +371,29 @@ Status Trace::Read(const std::string& dir, Trace* out) {
   }
   nlohmann::json index;
   DDPCHECK_RETURN_IF_ERROR(ReadJsonFile(path, &index));
-  return FromIndex(index, path, [&](const std::string& file, Tensor* t) { return ReadNpy(dir + "/" + file, t); }, out);
+  DDPCHECK_RETURN_IF_ERROR(
+      FromIndex(index, path, [&](const std::string& file, Tensor* t) { return ReadNpy(dir + "/" + file, t); }, out));
+  // A stored trace holds every rank's initial state and steps: one with no records, or none of a rank of its world,
+  // was emptied or cut (diff compared the records one side holds: it PASSed with 0 tensors compared).
+  if (out->records().empty()) {
+    return Status::Invalid(path + ": /records: holds no record; a trace written by --dump-trace holds every rank's "
+                                  "initial state and steps (this one was emptied or cut short: write it again)");
+  }
+  if (out->meta.is_object() && out->meta.contains("world") && out->meta.at("world").is_number_integer()) {
+    const int64_t world = out->meta.at("world").get<int64_t>();
+    std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(world, 0)), false);
+    for (const auto& [key, v] : out->records()) {
+      if (key.rank >= 0 && key.rank < world) seen[static_cast<size_t>(key.rank)] = true;
+    }
+    for (int64_t r = 0; r < world; ++r) {
+      if (!seen[static_cast<size_t>(r)]) {
+        return Status::Invalid(fmt::format("{}: /records: no record of rank {}, though /meta/world is {}: every rank "
+                                           "records its initial state and steps (the trace was cut: write it again)",
+                                           path, r, world));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status Trace::Decode(const std::map<std::string, std::string>& files, const std::string& where, Trace* out) {

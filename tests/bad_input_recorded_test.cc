@@ -611,6 +611,29 @@ TEST(BadRecordedInput, EveryDamagedTraceIndexValueExits2NamingTheFileAndPointer)
   }
 }
 
+// A stored trace with no records, or none of one rank of its world, is refused on either side of diff (it PASSed
+// "at every checkpoint of N steps" with 0 tensors compared).
+TEST(BadRecordedInput, ATraceWithNoRecordsOrARanksRecordsDeletedIsRefused) {
+  TempDir dir;
+  const std::string trace = WriteTrace(dir);
+  std::filesystem::copy(trace, dir.File("good"));
+  const json good = json::parse(testing::ReadFile(trace + "/index.json"));
+  json empty = good;
+  empty["records"] = json::array();
+  testing::WriteFile(trace + "/index.json", empty.dump());
+  for (const std::string args : {"'" + trace + "' '" + dir.File("good") + "'", "'" + dir.File("good") + "' '" + trace + "'"}) {
+    ExpectNamed(testing::RunCli("diff -q " + args), 2, {trace + "/index.json: /records: holds no record"});
+  }
+  json cut = good;
+  cut["records"] = json::array();
+  for (const auto& r : good["records"]) {
+    if (r["rank"] != 1) cut["records"].push_back(r);
+  }
+  testing::WriteFile(trace + "/index.json", cut.dump());
+  ExpectNamed(testing::RunCli("diff -q '" + trace + "' '" + dir.File("good") + "'"), 2,
+              {trace + "/index.json: /records: no record of rank 1, though /meta/world is 2"});
+}
+
 TEST(BadRecordedInput, NanInATraceIsAFindingEvenAgainstItself) {
   TempDir dir;
   const std::string trace = WriteTrace(dir);
