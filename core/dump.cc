@@ -828,7 +828,6 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   }
   // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
   // sampler): no scenario; core/dump_protocol.h checks it.
-  const auto& replay = out->ranks[0].index.value("replay", nlohmann::json::object());
   // A forward under torch.autocast without a GradScaler (CPU autocast: bfloat16) is replayed with autocast's
   // roundings (scenario amp, grad_scaler false) when every step ran under it and the parameters are float32;
   // a run that mixes autocast and plain steps, or autocasts float64 parameters, is judged by the protocol
@@ -851,9 +850,23 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   }
   const bool replay_autocast = autocast_only && every_step_autocast &&
                                out->ranks[0].index.value("dtype", std::string("float32")) == "float32";
-  if ((autocast_only && !replay_autocast) || (replay.is_object() && !replay.value("possible", true)) ||
-      out->uneven_join) {
-    for (const auto& reason : replay.value("reasons", std::vector<std::string>{})) {
+  // Every rank's recorder says whether its run can be replayed (rank 1's batch indices may be what rules it out)
+  bool any_not_possible = false;
+  std::vector<std::string> reasons;
+  for (const auto& rank : out->ranks) {
+    const auto& rp = rank.index.value("replay", nlohmann::json::object());
+    if (!rp.is_object() || rp.value("possible", true)) continue;
+    any_not_possible = true;
+    for (const auto& reason : rp.value("reasons", std::vector<std::string>{})) {
+      const std::string said = rank.rank == 0 ? reason : fmt::format("rank {}: {}", rank.rank, reason);
+      if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end() &&
+          std::find(reasons.begin(), reasons.end(), said) == reasons.end()) {
+        reasons.push_back(said);
+      }
+    }
+  }
+  if ((autocast_only && !replay_autocast) || any_not_possible || out->uneven_join) {
+    for (const auto& reason : reasons) {
       out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;
     }
     if (autocast_only && !replay_autocast) {

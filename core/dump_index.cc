@@ -410,6 +410,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"seed", Is::kInt},
                                      {"drop_last", Is::kBool},
                                      {"set_epoch_calls", Is::kIntArray},
+                                     {"indices_outside", Is::kBool},
                                      {"len", Is::kIntOrNull},
                                      {"num_replicas", Is::kInt},
                                      {"rank", Is::kInt}}));

@@ -86,6 +86,11 @@ void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<Prot
   for (const auto& rank : r.ranks) {
     if (!rank.sampler || rank.sampler->value("type", std::string()) != "DistributedSampler") continue;
     const auto& sm = *rank.sampler;
+    if (sm.value("indices_outside", false)) {  // row ids of a larger dataset (the recorder said): no positions
+      out->skipped.push_back(fmt::format("batches inside DistributedSampler's shard: rank {}'s rec.step() indices are "
+                                         "not positions in the sampler's dataset", rank.rank));
+      continue;
+    }
     if (!sm.contains("len") || !sm.at("len").is_number_integer()) continue;
     SamplerConfig cfg;
     cfg.n = sm.at("len").get<int64_t>();
@@ -227,7 +232,15 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
       if (at.size() < 2) continue;
       checked[kind] = true;
       const auto same = [&](size_t i, size_t j) { return equal(at[i]->steps[s], at[j]->steps[s], kind); };
-      const size_t base = MajorityBase(at.size(), same);
+      size_t held = 0;
+      size_t base = MajorityBase(at.size(), same, &held);
+      if (kind == kEvalModules && held * 2 <= at.size()) {
+        // No majority (one rank against one at W=2): the rank that trains with fewer submodules in eval mode is
+        // the one doing what a training step does; the other is named.
+        for (size_t i = 0; i < at.size(); ++i) {
+          if (at[i]->steps[s].eval_modules->size() < at[base]->steps[s].eval_modules->size()) base = i;
+        }
+      }
       for (size_t i = 0; i < at.size(); ++i) {
         if (same(i, base)) continue;
         const ProtocolRank& odd = *at[i];

@@ -175,6 +175,15 @@ TEST(CheckProtocol, EvalModeOnSomeRanksOnlyNamesTheRankThatDiffers) {
   EXPECT_EQ(res.result.first->key.rank, 2);
   EXPECT_NE(res.result.first->message.find("(the model), bn, drop; rank 0: bn"), std::string::npos)
       << res.result.first->message;
+  // one rank against one (W=2, no majority): the rank in eval mode is named, rank 0 as well as rank 1
+  for (const int eval_rank : {0, 1}) {
+    ProtocolRecords two = Records({1.0, 1.0});
+    for (auto& rank : two.ranks) rank.steps[0].eval_modules = std::vector<std::string>{};
+    two.ranks[static_cast<size_t>(eval_rank)].steps[0].eval_modules = std::vector<std::string>{"(the model)", "bn"};
+    const ProtocolResult tie = CheckProtocol(two);
+    ASSERT_TRUE(tie.diagnosis.has_value());
+    EXPECT_EQ(tie.diagnosis->pattern, "different-forward-path@" + std::to_string(eval_rank));
+  }
 }
 
 // Parameters trained on some ranks only (a backbone unfrozen on rank 0 alone) and a training forward more on one rank

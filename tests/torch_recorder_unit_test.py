@@ -756,5 +756,42 @@ class EditedOutsideTheStep(unittest.TestCase):
         ix = self._steps("state")
         self.assertEqual(ix["steps"][2].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
 
+
+class IndicesOfALargerDataset(unittest.TestCase):
+    """rec.step() given row ids of a larger dataset (random_split's Subset keeps the original rows' ids) rather than
+    positions in the sampler's dataset: the sampler's record says so (indices_outside) and the run is not replayed,
+    with the reason, instead of its shards failing the check."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+
+    def test_subset_row_ids_are_said_and_not_replayed(self):
+        torch.manual_seed(0)
+        full = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 2), torch.arange(40))
+        train, _ = torch.utils.data.random_split(full, [30, 10], generator=torch.Generator().manual_seed(1))
+        sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=1, rank=0, seed=0)
+        loader = torch.utils.data.DataLoader(train, batch_size=10, sampler=sampler)
+        model = nn.Sequential(nn.Linear(4, 2))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        with ddpcheck_torch.DdpRecorder(ddp, opt, sampler=sampler, loss_fn=nn.MSELoss(), out_dir=out) as rec:
+            for x, y, ids in loader:
+                opt.zero_grad()
+                nn.MSELoss()(ddp(x), y).backward()
+                opt.step()
+                rec.step(ids, x, y)
+        ix = _index(out)
+        self.assertTrue(ix["sampler"]["indices_outside"])
+        self.assertFalse(ix["replay"]["possible"])
+        self.assertTrue(any("the sampler's dataset has 30 rows" in r for r in ix["replay"]["reasons"]))
+
 if __name__ == "__main__":
     unittest.main()

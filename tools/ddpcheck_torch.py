@@ -810,6 +810,7 @@ class DdpRecorder:
         self.dataset = None
         self.x_rows, self.y_rows = _Rows("xb"), _Rows("yb")
         self.set_epoch_calls = []
+        self._max_index = -1  # the largest batch index rec.step() was given
         self._sched_steps = 0
         self._sched_total = 0
         self._counts = _fresh_counts()
@@ -1149,6 +1150,8 @@ class DdpRecorder:
         if self._partial_at is None and self.batch_size and 0 < idx.numel() < self.batch_size:
             self._partial_at = s  # the first batch shorter than the others: the DataLoader keeps its last batch
         # One copy of the batch (kept while a row of it is the latest of its index).
+        if idx.numel():
+            self._max_index = max(self._max_index, int(idx.max()))
         rows = idx.numpy() if (xb is not None or yb is not None) and idx.numel() else None
         if rows is not None and rows.min() < 0:
             rows = None
@@ -1340,13 +1343,24 @@ class DdpRecorder:
             undo()
         self._archive = "dataset.npz"  # the dataset's tensors (after the last step's archive was handed over)
         ix = self.index
+        n_sampled = len(self.sampler.dataset) if self.sampler is not None and hasattr(self.sampler, "dataset") else None
+        if n_sampled is not None and self._max_index >= n_sampled:
+            # Row ids of a bigger dataset (a random_split Subset's original rows), not the positions the sampler
+            # draws from its dataset: neither the shards nor the replay can be read from them.
+            why = ("rec.step() got batch index %d, but the sampler's dataset has %d rows: pass the positions the "
+                   "sampler drew (its dataset's indices 0..%d), not row ids of a larger dataset (a Subset from "
+                   "random_split?)" % (self._max_index, n_sampled, n_sampled - 1))
+            if why not in self.no_replay:
+                self.no_replay.append(why)
         if self.sampler is not None:
             s = self.sampler
             ix["sampler"] = {"type": type(s).__name__, "len": len(s.dataset) if hasattr(s, "dataset") else None,
                              "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", 0),
                              "shuffle": bool(getattr(s, "shuffle", False)), "seed": int(getattr(s, "seed", 0)),
                              "drop_last": bool(getattr(s, "drop_last", False)),
-                             "set_epoch_called": bool(self.set_epoch_calls), "set_epoch_calls": self.set_epoch_calls}
+                             "set_epoch_called": bool(self.set_epoch_calls), "set_epoch_calls": self.set_epoch_calls,
+                             **({"indices_outside": True} if n_sampled is not None and self._max_index >= n_sampled
+                                else {})}
         ix["batch_size"] = self.batch_size
         if self.dataset is not None:
             ix["dataset"] = {"x": self._save("dataset.x", self.dataset[0]), "y": self._save("dataset.y", self.dataset[1]),
