@@ -396,5 +396,41 @@ TEST(CheckProtocol, SamplerEpochsThatDifferBetweenRanksAreSamplerSeedPerRank) {
   }
 }
 
+// The lr against ddpcheck's schedulers: one schedule advanced as the recorded scheduler-step counts grow, so a
+// count of 2^30 before each of many steps (a hostile index: a replay from 0 at every step took 21 s a step) is
+// said to be past what is replayed instead of being replayed; a count within it is still checked (a wrong lr fails).
+TEST(CheckProtocol, SchedulerCountsAreReplayedOnceAndHugeOnesAreNotReplayed) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  SchedulerSpec sp;
+  sp.type = "step";
+  sp.step_size = 1;
+  sp.gamma = 0.5;
+  r.schedulers = {sp};
+  r.groups[0].initial_lr = 0.1;
+  for (auto& rank : r.ranks) {
+    ProtocolStep st = rank.steps[0];
+    rank.steps.clear();
+    for (int k = 0; k < 200; ++k) {
+      st.step = k;
+      st.optimizer_steps = 0;  // (no update to check: the lr is what this test is about)
+      st.params["w"] = rank.init["w"];
+      st.scheduler_steps_before = int64_t{1} << 30;
+      rank.steps.push_back(st);
+    }
+  }
+  const ProtocolResult huge = CheckProtocol(r);
+  EXPECT_NE(huge.result.derivation.find("are not replayed"), std::string::npos) << huge.result.derivation;
+  for (auto& rank : r.ranks) {
+    for (size_t k = 0; k < rank.steps.size(); ++k) {
+      rank.steps[k].scheduler_steps_before = static_cast<int64_t>(k);
+      rank.steps[k].lrs = {0.1 * std::pow(0.5, static_cast<double>(k % 60))};  // wrong from step 60 on
+    }
+  }
+  const ProtocolResult checked = CheckProtocol(r);
+  ASSERT_FALSE(checked.result.pass);
+  EXPECT_EQ(checked.result.first->key.checkpoint, Checkpoint::kLr);
+  EXPECT_EQ(checked.result.first->key.step, 60);
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
