@@ -34,6 +34,7 @@ core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
   DDPCHECK_RETURN_IF_ERROR(FlagIn("--world", world ? std::optional<int64_t>(*world) : std::nullopt, 1, core::kMaxWorld));
   DDPCHECK_RETURN_IF_ERROR(FlagIn("--epochs", epochs, 1, core::kMaxEpochs));
   DDPCHECK_RETURN_IF_ERROR(FlagIn("--steps", steps, -1, core::kMaxSteps));
+  if (steps && *steps == 0) return core::Status::Invalid("--steps: 0 trains no step: give at least 1 (or -1: every step)");
   DDPCHECK_RETURN_IF_ERROR(FlagIn("--batch-size", batch_size, 1, core::kMaxSamples));
   core::Scenario s;
   if (path.empty()) {
@@ -81,7 +82,10 @@ core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
     DDPCHECK_RETURN_IF_ERROR(core::ParseFaultSpec(f, &spec).Prefixed("--fault " + f));
     s.faults.push_back(spec);
   }
-  DDPCHECK_RETURN_IF_ERROR(core::ValidateScenario(s).Prefixed(path.empty() ? "default scenario" : path));
+  for (core::Status st : {core::ValidateScenario(s), core::CheckTrainsSomeStep(s)}) {
+    const std::string where = path.empty() ? "default scenario" : path;
+    if (!st.ok()) return st.message().rfind(where, 0) == 0 ? st : st.Prefixed(where);  // (named once)
+  }
   *out = std::move(s);
   return core::Status::Ok();
 }

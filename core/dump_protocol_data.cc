@@ -120,7 +120,14 @@ void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<Prot
       break;
     }
   }
-  if (checked) out->checked.push_back("each batch inside its rank's DistributedSampler shard for the sampler's epoch");
+  if (checked) {
+    out->checked.push_back("each batch inside its rank's DistributedSampler shard for the sampler's epoch");
+  } else if (std::none_of(r.ranks.begin(), r.ranks.end(), [](const ProtocolRank& k) {
+               return k.sampler && k.sampler->value("type", std::string()) == "DistributedSampler";
+             })) {
+    out->skipped.push_back("how the ranks split the data: no DistributedSampler was given to the recorder (ranks "
+                           "drawing from the whole dataset, a RandomSampler each, would overlap unseen)");
+  }
 }
 
 // A rank that stepped with gradients while DDP reduced no bucket in that step.

@@ -178,6 +178,9 @@ Status ParseScenario(const nlohmann::json& j, const std::string& source, const s
 // Cross-field checks (world >= 1, layer shapes chain, data matches the model, ...). Called by the loaders;
 // call it again after applying CLI overrides.
 Status ValidateScenario(const Scenario& s);
+// For a scenario to run (`ddpcheck run`, not one rebuilt from a recording, whose steps are what was recorded):
+// every rank gets at least one batch an epoch, and every fault falls below the run's optimizer steps.
+Status CheckTrainsSomeStep(const Scenario& s);
 // The scenario as JSON (round-trips through ParseScenario; inline tensors written as nested arrays).
 nlohmann::json ScenarioToJson(const Scenario& s);
 // The default scenario of `ddpcheck run` with no arguments: a tutorial-like MLP with BatchNorm, W=4, 3 epochs.

@@ -166,8 +166,8 @@ Status CheckTraining(const Scenario& s) {
     return ValueError("/batch_size", fmt::format("must be in [1, {}]", kMaxSamples), s.batch_size);
   }
   if (s.epochs < 1 || s.epochs > kMaxEpochs) return ValueError("/epochs", fmt::format("must be in [1, {}]", kMaxEpochs), s.epochs);
-  if (s.steps < -1 || s.steps > kMaxSteps) {
-    return ValueError("/steps", fmt::format("must be in [0, {}] (or -1: every step of every epoch)", kMaxSteps), s.steps);
+  if (s.steps < -1 || s.steps == 0 || s.steps > kMaxSteps) {  // (0 steps would train nothing and pass)
+    return ValueError("/steps", fmt::format("must be in [1, {}] (or -1: every step of every epoch)", kMaxSteps), s.steps);
   }
   if (s.loss != "mse" && s.loss != "cross_entropy") {
     return Status::Invalid("/loss: must be mse or cross_entropy, got '" + s.loss + "'");
@@ -204,6 +204,35 @@ Status ValidateScenario(const Scenario& s) {
   if (st.ok()) st = CheckModelAndData(s);
   if (st.ok()) st = CheckInit(s);
   return st.Prefixed(s.source.empty() ? "<scenario>" : s.source);
+}
+
+// The data must give every rank at least one batch an epoch (3 samples with drop_last over 4 ranks give none: the
+// run would train nothing and pass), and a fault must fall within the run: its step below an upper bound of the
+// optimizer steps (every step takes at least one batch), or it is never injected.
+Status CheckTrainsSomeStep(const Scenario& s) {
+  SamplerConfig cfg;
+  cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
+  cfg.world = s.world;
+  cfg.drop_last = s.sampler.drop_last;
+  if (cfg.n < 1 || s.world < 1 || s.batch_size < 1) return Status::Ok();  // reported by the other checks
+  const int64_t shard = NumSamples(cfg);
+  const int64_t batches = BatchesPerEpoch(shard, s.batch_size, s.sampler.drop_last_batch);
+  if (batches < 1) {
+    return Status::Invalid(fmt::format(
+        "/data/samples: {} samples over {} ranks give each rank {} (sampler drop_last {}) and no batch of {}{}: the "
+        "run would train no step; use more samples or a smaller batch_size", cfg.n, s.world, shard,
+        s.sampler.drop_last ? "true" : "false", s.batch_size, s.sampler.drop_last_batch ? " (drop_last_batch)" : ""));
+  }
+  int64_t most = batches * s.epochs;  // optimizer steps at most
+  if (s.steps >= 0) most = std::min(most, s.steps);
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (s.faults[i].step >= most) {
+      return ValueError(JsonPath(JsonPath("/faults", i), "step"),
+                        fmt::format("must be below the run's {} optimizer step(s) at most (the fault would never be "
+                                    "injected)", most), s.faults[i].step);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace ddpcheck::core

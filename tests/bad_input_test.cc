@@ -165,6 +165,30 @@ TEST(BadInput, LayerCountLimitNamesTheModel) {
   EXPECT_EQ(at_limit.exit_code, 0) << at_limit.err;
 }
 
+// A run that would train no step (--steps 0; data that gives a rank no batch) or inject a fault past its last
+// step passed ("PASS ... of 0 steps", or "undetected" at a made-up step 0): refused, naming the flag or pointer.
+TEST(BadInput, ARunThatTrainsNothingOrAFaultPastTheRunIsRefused) {
+  TempDir dir;
+  json s = SmallScenario();  // 16 samples, W=2, batch 2: 4 steps an epoch
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local --steps 0", dir), 2, {"--steps", "no step"});
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local --fault loss-times-world:4", dir), 2,
+              {"s.json", "/faults/0/step", "got 4"});
+  EXPECT_EQ(testing::RunCli("run '" + dir.File("s.json") + "' -q --comm local --fault loss-times-world:3").exit_code, 1);
+  s["data"]["samples"] = 3;
+  s["world"] = 4;
+  s["batch_size"] = 5;
+  s["sampler"] = {{"drop_last", true}};
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local", dir), 2,
+              {"s.json", "/data/samples", "no batch of 5"});
+  s["steps"] = 0;
+  s["sampler"] = json::object();
+  s["data"]["samples"] = 40;
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local", dir), 2, {"s.json", "/steps"});
+}
+
 TEST(BadInput, DeeplyNestedJsonIsRefusedWithItsLineAndColumnNotAStackOverflow) {
   TempDir dir;
   for (const std::string& opener : {"[", "{\"a\":"}) {

@@ -793,5 +793,88 @@ class IndicesOfALargerDataset(unittest.TestCase):
         self.assertFalse(ix["replay"]["possible"])
         self.assertTrue(any("the sampler's dataset has 30 rows" in r for r in ix["replay"]["reasons"]))
 
+
+class QaRound8(unittest.TestCase):
+    """A sampler without set_epoch (RandomSampler, WeightedRandomSampler) is recorded, not a TypeError at
+    DdpRecorder(...), and the run is not replayed (the replay draws DistributedSampler's shards); a tensor with other
+    strides (the orthogonal parametrization's transposed `base` buffer) is written in C order, which ddpcheck
+    reads; a loss that holds a network the loop steps (a GAN generator's loss through the discriminator) is taken
+    as it is at each step, not as it was when the recorder started."""
+
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(1)
+        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+
+    def test_a_random_sampler_is_recorded_and_not_replayed(self):
+        ds = torch.utils.data.TensorDataset(torch.randn(12, 4), torch.randn(12, 2))
+        for sampler in (torch.utils.data.RandomSampler(ds), torch.utils.data.WeightedRandomSampler([1.0] * 12, 12)):
+            ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            out = tempfile.mkdtemp()
+            with ddpcheck_torch.DdpRecorder(ddp, opt, sampler=sampler, loss_fn=nn.MSELoss(), out_dir=out) as rec:
+                for x, y in torch.utils.data.DataLoader(ds, batch_size=6, sampler=sampler):
+                    opt.zero_grad()
+                    nn.MSELoss()(ddp(x), y).backward()
+                    opt.step()
+                    rec.step()
+            ix = _index(out)
+            self.assertEqual(len(ix["steps"]), 2)
+            self.assertTrue(any("not a DistributedSampler" in r for r in ix["replay"]["reasons"]), ix["replay"])
+
+    def test_a_buffer_with_other_strides_is_written_in_c_order(self):
+        model = nn.Linear(4, 3)
+        model.register_buffer("base", torch.randn(4, 3).t())  # a transposed view: Fortran-contiguous
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        with ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out) as rec:
+            x, y = torch.randn(5, 4), torch.randn(5, 3)
+            nn.MSELoss()(ddp(x), y).backward()
+            opt.step()
+            rec.step(None, x, y)
+        ix = _index(out)
+        name = next(k for k in ix["init"] if k.endswith("base"))
+        archive, _, entry = ix["init"][name].partition(".npz/")
+        with zipfile.ZipFile(os.path.join(out, "rank0", archive + ".npz")) as z, z.open(entry) as f:
+            version = np.lib.format.read_magic(f)
+            _, fortran, _ = np.lib.format._read_array_header(f, version)
+        self.assertFalse(fortran)
+
+    def test_a_loss_with_a_network_is_taken_as_it_is_at_each_step(self):
+        torch.manual_seed(0)
+        disc = nn.Sequential(nn.Linear(3, 1), nn.Sigmoid())
+        bce = nn.BCELoss()
+
+        class GLoss(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.disc = disc
+
+            def forward(self, fake, target):
+                return bce(self.disc(fake).view(-1), target)
+
+        gen = nn.parallel.DistributedDataParallel(nn.Linear(2, 3))
+        opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        with ddpcheck_torch.DdpRecorder(gen, opt, loss_fn=GLoss(), out_dir=out, reference=True) as rec:
+            for _ in range(3):
+                with torch.no_grad():  # the discriminator's own step between the generator's
+                    for q in disc.parameters():
+                        q.add_(0.5)
+                noise, label = torch.randn(4, 2), torch.ones(4)
+                opt.zero_grad()
+                loss = bce(disc(gen(noise)).view(-1), label)
+                loss.backward()
+                opt.step()
+                rec.step(None, noise, label, loss)
+        for st in _index(out)["steps"]:
+            self.assertAlmostEqual(st["ref_loss"], st["loss"], delta=1e-5 * abs(st["loss"]))
+
 if __name__ == "__main__":
     unittest.main()

@@ -800,6 +800,9 @@ class DdpRecorder:
         self.sched = self._describe(lambda: [_scheduler(s) for s in self.schedulers], [])
         if sampler is None:
             self.no_replay.append("no DistributedSampler was passed to the recorder (the replay draws its batches)")
+        elif not isinstance(sampler, torch.utils.data.distributed.DistributedSampler):
+            self.no_replay.append("the sampler is a %s, not a DistributedSampler (the replay draws DistributedSampler's "
+                                  "shards)" % type(sampler).__name__)
         self.batch_size = batch_size
         self.steps = []
         self.error = None
@@ -983,7 +986,8 @@ class DdpRecorder:
                     self.no_replay.append(why)
             calls.append(epoch)
             return original(*args, **kwargs)
-        self._unwraps.append(_tap(s, "set_epoch", set_epoch))
+        if callable(getattr(type(s), "set_epoch", None)):  # a RandomSampler or WeightedRandomSampler has none
+            self._unwraps.append(_tap(s, "set_epoch", set_epoch))
 
     def _on_ddp_forward(self, module, inputs):
         self._counts["ddp"] += 1
@@ -1052,8 +1056,10 @@ class DdpRecorder:
         if torch.is_tensor(t) and t.layout != torch.strided:
             t, owned = t.detach().to_dense(), True  # a sparse gradient (nn.Embedding(sparse=True)): dense on disk
         a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
-        if not owned:
-            a = np.array(a, order="F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C")
+        # C order always (ddpcheck reads C-ordered .npy files): a tensor with other strides (the orthogonal
+        # parametrization's `base` buffer is a transposed view) is copied into it, owned or not
+        if not owned or not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a) if owned else np.array(a, order="C")
         size = a.nbytes + 2 * len(name.encode("utf-8")) + 4096  # the entry, its headers and its .npy header
         if self._archive_bytes + size > ARCHIVE_LIMIT or len(self._entries) >= 65535:
             self._files.append((os.path.join(self.dir, name), a))
@@ -1355,7 +1361,7 @@ class DdpRecorder:
         if self.sampler is not None:
             s = self.sampler
             ix["sampler"] = {"type": type(s).__name__, "len": len(s.dataset) if hasattr(s, "dataset") else None,
-                             "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", 0),
+                             "num_replicas": getattr(s, "num_replicas", self.world), "rank": getattr(s, "rank", self.rank),
                              "shuffle": bool(getattr(s, "shuffle", False)), "seed": int(getattr(s, "seed", 0)),
                              "drop_last": bool(getattr(s, "drop_last", False)),
                              "set_epoch_called": bool(self.set_epoch_calls), "set_epoch_calls": self.set_epoch_calls,

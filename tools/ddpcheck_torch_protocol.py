@@ -463,7 +463,7 @@ class Reference:
         self.kwargs = None  # the keyword arguments of the forward under way (set by the recorder's DDP wrapper)
         self.trainable = None  # names of the parameters that required grad in the step's forwards
         self.targets = []  # targets the loss module saw
-        self.loss_settings = []  # the loss module's plain settings at each of those calls
+        self.loss_settings = []  # (plain settings, state_dict of a loss with parameters) at each of those calls
         self.loss_outputs = []  # the loss module's value at each of those calls (floats)
         self.autocast = False  # a forward of the step ran under CPU autocast
         self.last_loss = None
@@ -511,7 +511,14 @@ class Reference:
         # or another model's through a shared criterion) has no gradient of this module to match.
         if len(args) >= 2 and len(self.targets) < len(self.inputs):
             self.targets.append(_clone(args[1]))
-            self.loss_settings.append(_settings(_module))  # a temperature the loop schedules
+            # a temperature the loop schedules; and where the loss is itself a network (a GAN generator's loss
+            # through the discriminator, a perceptual loss), its state as it is now: the discriminator steps between
+            # calls, and the reference's copy, taken when the recorder started, would judge by a stale one
+            state = None
+            if isinstance(_module, nn.Module) and (any(True for _ in _module.parameters()) or
+                                                   any(True for _ in _module.buffers())):
+                state = {k: v.detach().clone() for k, v in _module.state_dict().items()}
+            self.loss_settings.append((_settings(_module), state))
             self._loss_pending = True
 
     def on_loss_output(self, _module, output):
@@ -591,6 +598,14 @@ class Reference:
 
     def _accumulate(self, inputs, targets, start, params, total, loss_settings=()):
         self.losses = []  # each forward's float64 loss
+        # A loss with a network in it (a GAN generator's loss through the discriminator) that the loop does not call
+        # itself (no state was captured at a call): its state now, at rec.step(), not the copy's from when the
+        # recorder started (the discriminator steps every iteration)
+        u = self.user_loss
+        if isinstance(self.loss, nn.Module) and u is not None and len(loss_settings) < len(inputs) and (
+                any(True for _ in u.parameters()) or any(True for _ in u.buffers())):
+            with torch.no_grad():
+                self.loss.load_state_dict(u.state_dict())
         for k, ((args, rng, kwargs, settings, buffers), y) in enumerate(zip(inputs, targets)):
             with torch.no_grad():
                 self.model.load_state_dict(start)
@@ -599,7 +614,11 @@ class Reference:
                         b.copy_(buffers[n])
             _apply_settings(self.model, settings)
             if isinstance(self.loss, nn.Module) and k < len(loss_settings):
-                _apply_settings(self.loss, loss_settings[k])
+                loss_plain, loss_state = loss_settings[k]
+                _apply_settings(self.loss, loss_plain)
+                if loss_state is not None:
+                    with torch.no_grad():
+                        self.loss.load_state_dict(loss_state)  # (float values into the float64 copy)
             torch.set_rng_state(rng)
             loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             self.last_loss = float(loss.detach())
