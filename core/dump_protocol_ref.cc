@@ -143,6 +143,11 @@ std::string FactorPattern(const NearFn& near, int64_t micro, int world) {
   if (micro > 1 && (near(static_cast<double>(micro)) || near(1.0 / static_cast<double>(micro)))) {
     return "grad-accum-normalisation";
   }
+  // the loss divided by W as well (BUGS.md's grad-accum-normalisation: `loss / accum / world_size`), with or
+  // without accumulation
+  if (world > 1 && (near(1.0 / world) || (micro > 1 && near(1.0 / (static_cast<double>(micro) * world))))) {
+    return "grad-accum-normalisation";
+  }
   return world > 1 && near(static_cast<double>(world)) ? "loss-times-world" : "";
 }
 
@@ -237,12 +242,21 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       const std::string factor = all ? FactorPattern(every_near, micro, r.world) : "";
       if (factor == "grad-accum-normalisation") {
         fi.pattern = factor;
-        fi.explanation = fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: {}",
-                                     local[0].scale, micro,
-                                     local[0].scale > 1
-                                         ? "the accumulated micro-batch losses were not divided by the window"
-                                         : "the micro-batch losses were divided by the window twice (or by more "
-                                           "than the window)");
+        const bool by_world = local[0].scale < 1 && r.world > 1 &&
+                              (Near(local[0].scale, 1.0 / r.world, autocast) ||
+                               Near(local[0].scale, 1.0 / (static_cast<double>(std::max<int64_t>(micro, 1)) * r.world),
+                                    autocast));
+        fi.explanation =
+            by_world ? fmt::format("every rank's gradient is {:.4g} x the single-process gradient of its batch (1/W "
+                                   "= 1/{}): the loss was divided by the world size too, but DDP already averages "
+                                   "the gradients over the ranks; divide by the accumulation window only",
+                                   local[0].scale, r.world)
+                     : fmt::format("every rank's gradient is {:.4g} x the mean over its {} micro-batches: {}",
+                                   local[0].scale, micro,
+                                   local[0].scale > 1
+                                       ? "the accumulated micro-batch losses were not divided by the window"
+                                       : "the micro-batch losses were divided by the window twice (or by more "
+                                         "than the window)");
       } else if (factor == "loss-times-world") {
         fi.pattern = factor;
         fi.explanation = fmt::format("every rank's local gradient is {:.4g} x the single-process gradient of its "

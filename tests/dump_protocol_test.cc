@@ -75,6 +75,16 @@ TEST(CheckProtocol, FactorWOnEveryRankIsLossTimesWorld) {
   EXPECT_EQ(res.result.first->key.step, 0);
 }
 
+// The loss divided by W as well (`loss / accum / world_size`, BUGS.md's grad-accum-normalisation): every rank's
+// gradient 1/W of its batch's.
+TEST(CheckProtocol, FactorOneOverWOnEveryRankIsGradAccumNormalisation) {
+  const ProtocolResult res = CheckProtocol(Records({1.0 / 3, 1.0 / 3, 1.0 / 3}));
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "grad-accum-normalisation");
+  EXPECT_NE(res.diagnosis->explanation.find("divided by the world size"), std::string::npos) << res.diagnosis->explanation;
+}
+
 TEST(CheckProtocol, FactorOnOneRankNamesThatRank) {
   const ProtocolResult res = CheckProtocol(Records({1.0, 2.0}));
   ASSERT_TRUE(res.diagnosis.has_value());
