@@ -292,7 +292,7 @@ class StepTap:
                 self.grads = {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
             out = original(*args, **kwargs)
             if self.fingerprint is not None:
-                self.last = self.fingerprint(params)
+                self.last = self._take(params)
             return out
         if getattr(original, "_with_counter", False):
             step._with_counter = True
@@ -301,20 +301,30 @@ class StepTap:
     def _params(self):
         return [p for g in self.opt.param_groups for p in g["params"]]
 
+    def _take(self, params):
+        """The fingerprints of params, or None: a failure of the recorder's own (a tensor it cannot read) turns
+        the watch off rather than raising into the user's optimizer.step()."""
+        if self.fingerprint is None:
+            return None
+        try:
+            return self.fingerprint(params)
+        except Exception:  # noqa: BLE001 - never into the user's loop
+            self.fingerprint, self.last = None, None
+            return None
+
     def _changed(self):
         """ids of the params whose fingerprint differs from the latest taken (none before the first)."""
         if self.last is None:
             return set()
-        now = self.fingerprint(self._params())
-        return {i for i, c in now.items() if i in self.last and self.last[i] != c}
+        now = self._take(self._params())
+        return set() if now is None else {i for i, c in now.items() if i in self.last and self.last[i] != c}
 
     def mark(self):
         """At rec.step() (and when the recorder starts): the ids of params changed since the last optimizer.step()
         (or the last mark), and a new fingerprint to compare the next optimizer.step()'s start with."""
-        if self.fingerprint is None:
+        now = self._take(self._params())
+        if now is None:
             return set()
-        params = self._params()
-        now = self.fingerprint(params)
         changed = set() if self.last is None else {i for i, c in now.items() if i in self.last and self.last[i] != c}
         self.last = now
         return changed
