@@ -752,6 +752,20 @@ class EditedOutsideTheStep(unittest.TestCase):
         self.assertEqual(ix["steps"][3].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
         self.assertTrue(all("edited_after_step" not in st for st in ix["steps"]))
 
+    def test_a_fingerprint_that_fails_turns_the_watch_off_without_raising(self):
+        import ddpcheck_torch_protocol
+        model = nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def broken(params):
+            raise RuntimeError("cannot read")
+        tap = ddpcheck_torch_protocol.StepTap(opt, fingerprint=broken)
+        self.assertEqual(tap.mark(), set())
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()  # the user's step goes on
+        self.assertEqual(tap.take_edited(), set())
+        self.assertIsNone(tap.fingerprint)
+
     def test_an_optimizer_state_loaded_alone_is_named_too(self):
         ix = self._steps("state")
         self.assertEqual(ix["steps"][2].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
