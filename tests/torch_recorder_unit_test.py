@@ -182,7 +182,10 @@ class _WithCriterion(nn.Module):
         return self.body(x)
 
 
-class BucketTaps(unittest.TestCase):
+
+class _OneRankGroup(unittest.TestCase):
+    """A gloo process group of one rank (W=1) around the class's tests."""
+
     @classmethod
     def setUpClass(cls):
         torch.set_num_threads(1)
@@ -193,6 +196,7 @@ class BucketTaps(unittest.TestCase):
     def tearDownClass(cls):
         dist.destroy_process_group()
 
+class BucketTaps(_OneRankGroup):
     def _record(self, clip=False, backwards=1, steps=3):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
@@ -691,21 +695,11 @@ class BucketTaps(unittest.TestCase):
 
 
 
-class EditedOutsideTheStep(unittest.TestCase):
+class EditedOutsideTheStep(_OneRankGroup):
     """Parameters (or their optimizer state) the loop changes outside optimizer.step() are named in the step's
     record: after the step (WGAN's clipping through p.data, which torch's version counter does not see) as
     edited_after_step, between rec.step() and the next optimizer.step() (a checkpoint loaded on every rank, an
     optimizer state reset) as edited_before_step; the run is then not replayed. A plain loop records neither."""
-
-    @classmethod
-    def setUpClass(cls):
-        torch.set_num_threads(1)
-        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
 
     def _steps(self, edit):
         torch.manual_seed(0)
@@ -771,20 +765,10 @@ class EditedOutsideTheStep(unittest.TestCase):
         self.assertEqual(ix["steps"][2].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])
 
 
-class IndicesOfALargerDataset(unittest.TestCase):
+class IndicesOfALargerDataset(_OneRankGroup):
     """rec.step() given row ids of a larger dataset (random_split's Subset keeps the original rows' ids) rather than
     positions in the sampler's dataset: the sampler's record says so (indices_outside) and the run is not replayed,
     with the reason, instead of its shards failing the check."""
-
-    @classmethod
-    def setUpClass(cls):
-        torch.set_num_threads(1)
-        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
 
     def test_subset_row_ids_are_said_and_not_replayed(self):
         torch.manual_seed(0)
@@ -808,22 +792,12 @@ class IndicesOfALargerDataset(unittest.TestCase):
         self.assertTrue(any("the sampler's dataset has 30 rows" in r for r in ix["replay"]["reasons"]))
 
 
-class QaRound8(unittest.TestCase):
+class QaRound8(_OneRankGroup):
     """A sampler without set_epoch (RandomSampler, WeightedRandomSampler) is recorded, not a TypeError at
     DdpRecorder(...), and the run is not replayed (the replay draws DistributedSampler's shards); a tensor with other
     strides (the orthogonal parametrization's transposed `base` buffer) is written in C order, which ddpcheck
     reads; a loss that holds a network the loop steps (a GAN generator's loss through the discriminator) is taken
     as it is at each step, not as it was when the recorder started."""
-
-    @classmethod
-    def setUpClass(cls):
-        torch.set_num_threads(1)
-        store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
 
     def test_a_random_sampler_is_recorded_and_not_replayed(self):
         ds = torch.utils.data.TensorDataset(torch.randn(12, 4), torch.randn(12, 2))
