@@ -760,6 +760,16 @@ class EditedOutsideTheStep(_OneRankGroup):
         self.assertEqual(tap.take_edited(), set())
         self.assertIsNone(tap.fingerprint)
 
+    def test_the_device_side_checksum_sees_one_element_change_in_every_dtype(self):
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool):
+            t = (torch.arange(24).reshape(2, 3, 4) % 5).to(dtype)
+            h = ddpcheck_torch._device_hash(t)
+            self.assertEqual(h, ddpcheck_torch._device_hash(t.clone()))
+            u = t.clone()
+            u.view(-1)[7] = 1 if dtype == torch.bool and not bool(u.view(-1)[7]) else (0 if dtype == torch.bool else 3.5)
+            self.assertNotEqual(h, ddpcheck_torch._device_hash(u), dtype)
+            self.assertEqual(h, ddpcheck_torch._device_hash(t.t() if t.dim() == 2 else t.transpose(0, 2).transpose(0, 2)))
+
     def test_an_optimizer_state_loaded_alone_is_named_too(self):
         ix = self._steps("state")
         self.assertEqual(ix["steps"][2].get("edited_before_step"), ["0.bias", "0.weight", "2.bias", "2.weight"])

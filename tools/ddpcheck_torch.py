@@ -72,6 +72,23 @@ def _raw_bytes(t):
     return t.cpu().reshape(-1).contiguous().view(torch.uint8).numpy()
 
 
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _device_hash(t):
+    """A checksum of a tensor's bits computed where it lives (a CUDA parameter is not copied to the host three times
+    a step): the int64 sum of its elements read as integers of their size. Any one element's change changes it;
+    changes that cancel are left to chance, which a checkpoint load or weight clipping does not play."""
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    flat = t.reshape(-1)
+    as_int = _INT_OF_SIZE.get(flat.element_size())
+    if as_int is None or flat.dtype == torch.bool:
+        flat, as_int = flat.contiguous().view(torch.uint8), torch.uint8
+    return int(flat.contiguous().view(as_int).sum(dtype=torch.int64))
+
+
 def _isal_crc32():
     """ISA-L's CRC-32 (libisal.so.2, Debian's libisal2: the zip/zlib polynomial with carry-less multiplies, about
     ten times zlib's speed here) as f(crc, address, size), or None where the library is absent."""
@@ -900,9 +917,15 @@ class DdpRecorder:
         optimizer.step()). ISA-L's CRC where installed: about 1 ms for 10M float32 parameters."""
         out = {}
         for q in params:
-            crc = _crc32(_raw_bytes(q))
-            for key, v in sorted(self.opt.state.get(q, {}).items(), key=lambda kv: str(kv[0])):
-                crc = _crc32(_raw_bytes(v), crc) if torch.is_tensor(v) else zlib.crc32(repr(v).encode(), crc)
+            tensors = [q] + [v for _, v in sorted(self.opt.state.get(q, {}).items(), key=lambda kv: str(kv[0]))]
+            crc = 0
+            for v in tensors:
+                if not torch.is_tensor(v):
+                    crc = zlib.crc32(repr(v).encode(), crc)
+                elif v.device.type == "cpu":
+                    crc = _crc32(_raw_bytes(v), crc)
+                else:  # (a GPU run: hashed on the device)
+                    crc = zlib.crc32(repr(_device_hash(v)).encode(), crc)
             out[id(q)] = crc
         return out
 
