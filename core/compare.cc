@@ -549,6 +549,12 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
       m->key = key;
       m->kind = "reference-divergent";
       m->against = "reference";
+      if (key.checkpoint == Checkpoint::kSampler && key.tensor == "indices" && job.got &&
+          job.got->numel() != job.want->numel()) {
+        m->message = fmt::format("rank {} drew {} samples in step {} where the reference draws {}: another batch "
+                                 "size on this rank (its DataLoader's batch_size), or another sampler", key.rank,
+                                 job.got->numel(), key.step, job.want->numel());
+      }
       result.Add(*m);
     }
   }

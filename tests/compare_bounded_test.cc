@@ -193,5 +193,17 @@ TEST(CompareBounded, TheDivergenceMapAndTheScalesAreTheDefinitionsExactly) {
   }
 }
 
+// A batch of another size on one rank (its DataLoader's batch_size) is said as such, not only as shapes.
+TEST(CompareBounded, SamplerIndicesOfAnotherCountSayHowManySamplesTheRankDrew) {
+  core::Trace g, w;
+  g.Add({0, core::Checkpoint::kSampler, "indices", 1}, core::Tensor(core::DType::kInt64, {5}, {0, 1, 2, 3, 4}));
+  w.Add({0, core::Checkpoint::kSampler, "indices", 1}, core::Tensor(core::DType::kInt64, {4}, {0, 1, 2, 3}));
+  const core::CompareResult r = core::CompareTraces(g, w, core::TolerancePolicy());
+  ASSERT_FALSE(r.pass);
+  ASSERT_TRUE(r.first.has_value());
+  EXPECT_NE(r.first->message.find("rank 1 drew 5 samples in step 0 where the reference draws 4"), std::string::npos)
+      << r.first->message;
+}
+
 }  // namespace
 }  // namespace ddpcheck
