@@ -95,6 +95,9 @@ TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
   ASSERT_EQ(r.mismatches.size(), 1u);
   EXPECT_EQ(r.mismatches[0].key.rank, 1);
   EXPECT_EQ(r.mismatches[0].against, "rank 0");
+  // one rank against one: the message says either may be the one that differs
+  EXPECT_NE(r.mismatches[0].message.find("either may be the one that differs"), std::string::npos)
+      << r.mismatches[0].message;
   r = core::CheckRankInvariants(ranks(Key(0), {odd, Ramp(n), Ramp(n, 2.0)}));
   std::set<int> named;
   for (const auto& m : r.mismatches) named.insert(m.key.rank);
