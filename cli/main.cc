@@ -45,14 +45,20 @@ void ErrLine(const std::string& line) {
   }
 }
 
-int ParseFailure(const CLI::App& app, const std::string& what) {
+// "ddpcheck" and the subcommands parsed so far: "ddpcheck run".
+std::string CommandName(const CLI::App& app) {
   std::string name = "ddpcheck";
-  for (const CLI::App* a = &app;;) {  // the subcommands parsed so far: "ddpcheck run"
+  for (const CLI::App* a = &app;;) {
     const auto subs = a->get_subcommands();
     if (subs.empty()) break;
     a = subs.front();
     name += " " + a->get_name();
   }
+  return name;
+}
+
+int ParseFailure(const CLI::App& app, const std::string& what) {
+  const std::string name = CommandName(app);
   std::string line = what;
   std::replace(line.begin(), line.end(), '\n', ' ');
   ErrLine(name + ": " + line + " (see " + name + " --help)\n");
@@ -140,13 +146,9 @@ int main(int argc, char** argv) {
     // A std::filesystem call on a path the user gave that the OS refused (a symlink loop, a name too long): bad
     // input, said in one line with the path and the OS's reason. The readers check their paths without throwing
     // (core/file.h ExpectFile); this is the net under any that does not.
-    std::string sub = "ddpcheck";
-    for (auto& [cmd, run] : commands) {
-      if (cmd->parsed()) sub += " " + cmd->get_name();
-    }
     const std::string path = e.path1().string();
-    cli::ErrLine(sub + ": " + (path.empty() ? std::string() : core::ShownPath(path) + ": ") + e.code().message() +
-                 "\n");
+    cli::ErrLine(cli::CommandName(app) + ": " + (path.empty() ? std::string() : core::ShownPath(path) + ": ") +
+                 e.code().message() + "\n");
     return 2;
   } catch (const core::CheckError& e) {
     cli::ErrLine(std::string("ddpcheck: internal invariant broken (a bug in ddpcheck, please report): ") + e.what() +

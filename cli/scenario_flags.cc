@@ -82,10 +82,10 @@ core::Status ScenarioFlags::Resolve(core::Scenario* out) const {
     DDPCHECK_RETURN_IF_ERROR(core::ParseFaultSpec(f, &spec).Prefixed("--fault " + f));
     s.faults.push_back(spec);
   }
-  for (core::Status st : {core::ValidateScenario(s), core::CheckTrainsSomeStep(s)}) {
-    const std::string where = path.empty() ? "default scenario" : path;
-    if (!st.ok()) return st.message().rfind(where, 0) == 0 ? st : st.Prefixed(where);  // (named once)
-  }
+  core::Status st = core::ValidateScenario(s);  // (prefixed with the scenario's file)
+  if (st.ok()) st = core::CheckTrainsSomeStep(s).Prefixed(s.source.empty() ? "<scenario>" : s.source);
+  const std::string where = path.empty() ? "default scenario" : path;
+  if (!st.ok()) return st.message().rfind(where, 0) == 0 ? st : st.Prefixed(where);  // (the file named once)
   *out = std::move(s);
   return core::Status::Ok();
 }

@@ -223,65 +223,6 @@ ParamTable ParamsOf(const nlohmann::json& ix) {
 // Loads a group of tensor files (name -> file). With `params`, a file holding a parameter's tensor (its value, grad
 // or optimizer state) must have the parameter's shape, and with same_dtype its dtype too: `where` is the group's
 // JSON pointer in the index, for the error.
-// This rank's local gradient of each parameter at step `step` (kLocalGrad), cut from the local buckets the
-// recorder's communication hook kept: the step-local replay compares it with the replay's gradient of this rank's
-// own batch (a rank whose loss or batch is wrong, or ranks' buckets swapped, while their mean still agrees). Only
-// for a step whose every bucket was reduced once and whose layout covers the parameters as /params sizes them
-// (the protocol check reports any other layout); a sparse parameter's bucket is left out.
-Status LoadLocalGrads(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& ix,
-                      const nlohmann::json& st, int64_t step, Trace* trace) {
-  if (!st.contains("buckets") || !st.at("buckets").is_array() || !ix.contains("params")) return Status::Ok();
-  const auto& plist = ix.at("params");
-  std::set<int64_t> seen;
-  for (const auto& b : st.at("buckets")) {
-    if (!b.is_object() || !b.contains("index") || !b.at("index").is_number_integer()) return Status::Ok();
-    if (!seen.insert(b.at("index").get<int64_t>()).second) return Status::Ok();  // reduced twice in the step
-  }
-  for (const auto& b : st.at("buckets")) {
-    if (!b.contains("local") || !b.at("local").is_string() || !b.contains("params") || !b.at("params").is_array()) {
-      continue;
-    }
-    std::vector<std::pair<std::string, std::vector<int64_t>>> cut;
-    int64_t total = 0;
-    bool usable = true;
-    for (const auto& i : b.at("params")) {
-      if (!i.is_number_integer() || i.get<int64_t>() < 0 || static_cast<size_t>(i.get<int64_t>()) >= plist.size()) {
-        usable = false;
-        break;
-      }
-      const auto& p = plist[static_cast<size_t>(i.get<int64_t>())];
-      if (p.value("sparse", false) || !p.contains("name") || !p.at("name").is_string() || !p.contains("shape")) {
-        usable = false;
-        break;
-      }
-      std::vector<int64_t> shape;
-      int64_t n = 1;
-      for (const auto& d : p.at("shape")) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-          usable = false;
-          break;
-        }
-        shape.push_back(d.get<int64_t>());
-        n *= d.get<int64_t>();
-      }
-      total += n;
-      cut.emplace_back(p.at("name").get<std::string>(), std::move(shape));
-    }
-    if (!usable || cut.empty()) continue;
-    Tensor local;
-    DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("local").get<std::string>(), &local));
-    if (local.numel() != total) continue;
-    int64_t at = 0;
-    for (auto& [name, shape] : cut) {
-      const int64_t n = NumelOf(shape);
-      std::vector<double> v(local.data.begin() + at, local.data.begin() + at + n);
-      at += n;
-      trace->Add({step, Checkpoint::kLocalGrad, name, r.rank}, Tensor(local.dtype, std::move(shape), std::move(v)));
-    }
-  }
-  return Status::Ok();
-}
-
 Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& files, int64_t step,
                  Checkpoint c, const std::string& prefix, Trace* trace, const ParamTable* params = nullptr,
                  bool same_dtype = false, const std::string& where = "") {
@@ -298,6 +239,47 @@ Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohman
           p->second.dtype ? DTypeName(*p->second.dtype) : std::string("?"), ShapeString(p->second.shape)));
     }
     trace->Add({step, c, prefix + name, r.rank}, std::move(t));
+  }
+  return Status::Ok();
+}
+
+// This rank's local gradient of each parameter at step `step` (kLocalGrad), cut from the local buckets the
+// recorder's communication hook kept: the step-local replay compares it with the replay's gradient of this rank's
+// own batch (a rank whose loss or batch is wrong, or ranks' buckets swapped, while their mean still agrees). Only
+// for a step whose every bucket was reduced once, and a bucket whose size is its parameters' as /params shapes
+// them (the protocol check reports any other layout); a sparse parameter's bucket is left out. The index schema
+// holds the rest: a bucket's index is an integer, its params index /params, whose entries have a name.
+Status LoadLocalGrads(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& ix,
+                      const nlohmann::json& st, int64_t step, Trace* trace) {
+  if (!st.contains("buckets") || !ix.contains("params")) return Status::Ok();
+  const nlohmann::json& plist = ix.at("params");
+  std::set<int64_t> seen;
+  for (const auto& b : st.at("buckets")) {
+    if (!seen.insert(b.at("index").get<int64_t>()).second) return Status::Ok();  // a bucket reduced twice
+  }
+  for (const auto& b : st.at("buckets")) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> cut;  // (name, shape) in the bucket's order
+    int64_t total = 0;
+    for (const auto& i : b.at("params")) {
+      const nlohmann::json& p = plist.at(i.get<size_t>());
+      if (p.value("sparse", false) || !p.contains("shape")) {
+        cut.clear();
+        break;
+      }
+      cut.emplace_back(p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>());
+      total += NumelOf(cut.back().second);
+    }
+    if (cut.empty()) continue;
+    Tensor local;
+    DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("local").get<std::string>(), &local));
+    if (local.numel() != total) continue;
+    int64_t at = 0;
+    for (auto& [name, shape] : cut) {
+      const int64_t n = NumelOf(shape);
+      std::vector<double> v(local.data.begin() + at, local.data.begin() + at + n);
+      at += n;
+      trace->Add({step, Checkpoint::kLocalGrad, name, r.rank}, Tensor(local.dtype, std::move(shape), std::move(v)));
+    }
   }
   return Status::Ok();
 }

@@ -27,6 +27,24 @@ std::vector<const ProtocolRank*> RanksAt(const ProtocolRecords& r, size_t s,
   return at;
 }
 
+std::map<std::string, std::vector<double>> FromBuckets(const ProtocolRecords& r, const ProtocolStep& s, bool reduced) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& b : s.buckets) {
+    const Tensor* t = reduced ? (b.reduced ? &*b.reduced : nullptr) : &b.local;
+    if (!t) continue;
+    size_t offset = 0;
+    for (int i : b.params) {
+      if (i < 0 || static_cast<size_t>(i) >= r.params.size()) break;
+      const auto n = static_cast<size_t>(r.params[static_cast<size_t>(i)].numel);
+      if (offset + n > t->data.size()) break;
+      out[r.params[static_cast<size_t>(i)].name].assign(t->data.begin() + static_cast<long>(offset),
+                                                       t->data.begin() + static_cast<long>(offset + n));
+      offset += n;
+    }
+  }
+  return out;
+}
+
 std::vector<std::vector<int>> BucketLayout(const ProtocolStep& s) {
   std::map<int64_t, std::vector<int>> by_index;
   for (const auto& b : s.buckets) by_index.emplace(b.index, b.params);

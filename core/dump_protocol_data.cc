@@ -16,6 +16,10 @@
 namespace ddpcheck::core {
 namespace {
 
+bool IsDistributedSampler(const ProtocolRank& k) {
+  return k.sampler && k.sampler->value("type", std::string()) == "DistributedSampler";
+}
+
 void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   const ProtocolRank* first = nullptr;
   for (const auto& rank : r.ranks) {
@@ -50,10 +54,7 @@ void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
   if (first) out->checked.push_back("sampler settings (seed, num_replicas, rank) against the world");
   // The epoch each rank's shuffling DistributedSampler was at, step by step: set_epoch with different values on
   // the ranks (ranks resumed from different checkpoints) permutes each rank's shard by another seed + epoch.
-  const auto shuffles = [](const ProtocolRank* k) {
-    return k->sampler && k->sampler->value("type", std::string()) == "DistributedSampler" &&
-           k->sampler->value("shuffle", false);
-  };
+  const auto shuffles = [](const ProtocolRank* k) { return IsDistributedSampler(*k) && k->sampler->value("shuffle", false); };
   for (size_t s = 0; s < MaxSteps(r); ++s) {
     const auto here = RanksAt(r, s);
     if (here.size() < 2 || !std::all_of(here.begin(), here.end(), shuffles)) continue;
@@ -84,7 +85,7 @@ void CheckSampler(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
 void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   bool checked = false;
   for (const auto& rank : r.ranks) {
-    if (!rank.sampler || rank.sampler->value("type", std::string()) != "DistributedSampler") continue;
+    if (!IsDistributedSampler(rank)) continue;
     const auto& sm = *rank.sampler;
     if (sm.value("indices_outside", false)) {  // row ids of a larger dataset (the recorder said): no positions
       out->skipped.push_back(fmt::format("batches inside DistributedSampler's shard: rank {}'s rec.step() indices are "
@@ -122,9 +123,7 @@ void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<Prot
   }
   if (checked) {
     out->checked.push_back("each batch inside its rank's DistributedSampler shard for the sampler's epoch");
-  } else if (std::none_of(r.ranks.begin(), r.ranks.end(), [](const ProtocolRank& k) {
-               return k.sampler && k.sampler->value("type", std::string()) == "DistributedSampler";
-             })) {
+  } else if (std::none_of(r.ranks.begin(), r.ranks.end(), IsDistributedSampler)) {
     out->skipped.push_back("how the ranks split the data: no DistributedSampler was given to the recorder (ranks "
                            "drawing from the whole dataset, a RandomSampler each, would overlap unseen)");
   }
@@ -451,29 +450,19 @@ void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding
   for (const auto& rank : r.ranks) {
     for (const auto& st : rank.steps) {
       if (st.buckets.empty() || st.grads.empty() || st.optimizer_steps != 1) continue;
-      std::map<int64_t, const ProtocolBucket*> last;  // a bucket reduced twice in the step: its last reduction
-      for (const auto& b : st.buckets) last[b.index] = &b;
+      const auto reduced = FromBuckets(r, st, /*reduced=*/true);  // (a bucket reduced twice: its last reduction)
       bool all_times_w = true, any = false;
       std::string first_param;
-      for (const auto& [index, b] : last) {
-        if (!b->reduced) continue;
-        std::vector<double> g;
-        for (int i : b->params) {
-          const auto it = i >= 0 && static_cast<size_t>(i) < r.params.size() ? st.grads.find(r.params[static_cast<size_t>(i)].name)
-                                                                             : st.grads.end();
-          if (it == st.grads.end()) {
-            g.clear();
-            break;
-          }
-          if (first_param.empty()) first_param = it->first;
-          g.insert(g.end(), it->second.data.begin(), it->second.data.end());
-        }
-        const auto& red = b->reduced->data;
-        if (g.size() != red.size() || g.empty()) continue;
-        for (size_t k = 0; k < g.size() && all_times_w; ++k) {
-          if (red[k] == 0 && g[k] == 0) continue;
+      for (const auto& p : r.params) {  // DDP's order: the first compared names the finding
+        const auto red = reduced.find(p.name);
+        const auto g = st.grads.find(p.name);
+        if (red == reduced.end() || g == st.grads.end() || g->second.data.size() != red->second.size()) continue;
+        if (first_param.empty()) first_param = p.name;
+        for (size_t k = 0; k < red->second.size() && all_times_w; ++k) {
+          const double want = r.world * red->second[k], got = g->second.data[k];
+          if (want == 0 && got == 0) continue;
           any = true;
-          all_times_w = std::abs(g[k] - r.world * red[k]) <= tol * std::abs(r.world * red[k]);
+          all_times_w = std::abs(got - want) <= tol * std::abs(want);
         }
         if (!all_times_w) break;
       }

@@ -269,35 +269,33 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
           Account(out, Checkpoint::kParams);
           auto m = CompareElementwise({st.step, Checkpoint::kParams, name, rank.rank}, after->data, want,
                                       std::vector<double>(want.size(), 0.0), "the optimizer update (core/optimizer.h)");
-          if (!m) {
+          if (m) {
+            m->message = st.optimizer_steps == 0
+                             ? fmt::format("{} changed in a step in which the recorded optimizer ({}) did not step: "
+                                           "another optimizer stepped it (one made after the recorder: give that one "
+                                           "to a new DdpRecorder) or the loop changed it by hand",
+                                           name, r.optimizer_type)
+                             : fmt::format("{} after the step is not {}'s update of the previous parameters with the "
+                                           "recorded gradient, state and lr {}", name, r.optimizer_type, lr);
+          } else {
             // The optimizer's state after the step, from the same update (torch's formulas, bitwise): a state
             // the ranks all recorded wrong would otherwise only show in later steps' parameters, or never.
             for (const auto& [key, value] : stepped.state) {
               const auto it = st.opt_state.find(key);
               const Tensor* got = it == st.opt_state.end() ? nullptr : Get(it->second, name);
               if (!got || got->data.size() != value.size()) continue;
-              const std::string tensor = "opt." + key + "." + name;
               Account(out, Checkpoint::kParams);
-              m = CompareElementwise({st.step, Checkpoint::kParams, tensor, rank.rank}, got->data, value,
-                                     std::vector<double>(value.size(), 0.0), "the optimizer update (core/optimizer.h)");
+              m = CompareElementwise({st.step, Checkpoint::kParams, "opt." + key + "." + name, rank.rank}, got->data,
+                                     value, std::vector<double>(value.size(), 0.0),
+                                     "the optimizer update (core/optimizer.h)");
               if (!m) continue;
               m->message = fmt::format("the optimizer's {} of {} after the step is not {}'s update of the previous "
                                        "state with the recorded gradient (the parameter's update is)", key, name,
                                        r.optimizer_type);
-              f->push_back({*m, "", m->message, 6});
-              reported = true;
               break;
             }
-            if (reported) break;
-            continue;
+            if (!m) continue;
           }
-          m->message = st.optimizer_steps == 0
-                           ? fmt::format("{} changed in a step in which the recorded optimizer ({}) did not step: "
-                                         "another optimizer stepped it (one made after the recorder: give that one "
-                                         "to a new DdpRecorder) or the loop changed it by hand",
-                                         name, r.optimizer_type)
-                           : fmt::format("{} after the step is not {}'s update of the previous parameters with the "
-                                         "recorded gradient, state and lr {}", name, r.optimizer_type, lr);
           f->push_back({*m, "", m->message, 6});
           reported = true;
           break;

@@ -27,25 +27,6 @@ constexpr double kScaleFitTol = 0.01, kAutocastScaleFitTol = 0.05;
 
 using Grads = std::map<std::string, std::vector<double>>;
 
-// Per parameter: the last hook call's slice of `reduced` (or local) buckets; params without one are absent.
-Grads FromBuckets(const ProtocolRecords& r, const ProtocolStep& s, bool reduced) {
-  Grads out;
-  for (const auto& b : s.buckets) {
-    const Tensor* t = reduced ? (b.reduced ? &*b.reduced : nullptr) : &b.local;
-    if (!t) continue;
-    size_t offset = 0;
-    for (int i : b.params) {
-      if (i < 0 || static_cast<size_t>(i) >= r.params.size()) break;
-      const auto n = static_cast<size_t>(r.params[static_cast<size_t>(i)].numel);
-      if (offset + n > t->data.size()) break;
-      out[r.params[static_cast<size_t>(i)].name].assign(t->data.begin() + static_cast<long>(offset),
-                                                       t->data.begin() + static_cast<long>(offset + n));
-      offset += n;
-    }
-  }
-  return out;
-}
-
 Grads FromMap(const std::map<std::string, Tensor>& m) {
   Grads out;
   for (const auto& [k, t] : m) out[k] = t.data;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@ size_t MaxSteps(const ProtocolRecords& r);
 // The ranks that recorded step s (and whose step s passes `keep`, when given), in rank order.
 std::vector<const ProtocolRank*> RanksAt(const ProtocolRecords& r, size_t s,
                                          const std::function<bool(const ProtocolStep&)>& keep = nullptr);
+
+// Per parameter: its slice of the step's `reduced` (or local) buckets, from the last hook call that holds it;
+// parameters without one are absent.
+std::map<std::string, std::vector<double>> FromBuckets(const ProtocolRecords& r, const ProtocolStep& s, bool reduced);
 
 // The bucket layout a step's hook calls show: bucket b's parameter indices, by bucket index (first call of each).
 std::vector<std::vector<int>> BucketLayout(const ProtocolStep& s);

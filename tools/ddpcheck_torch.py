@@ -64,12 +64,15 @@ STAGE = 8 << 20
 _ALIGN = 4096
 
 
-def _raw_bytes(t):
-    """A tensor's bytes as a flat uint8 numpy array (a copy only where it is not contiguous or not dense)."""
+def _flat(t):
+    """A tensor's elements, dense, contiguous and flat (a copy only where it is not already)."""
     t = t.detach()
-    if t.layout != torch.strided:
-        t = t.to_dense()
-    return t.cpu().reshape(-1).contiguous().view(torch.uint8).numpy()
+    return (t.to_dense() if t.layout != torch.strided else t).reshape(-1).contiguous()
+
+
+def _raw_bytes(t):
+    """A tensor's bytes as a flat uint8 numpy array."""
+    return _flat(t).cpu().view(torch.uint8).numpy()
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -79,14 +82,9 @@ def _device_hash(t):
     """A checksum of a tensor's bits computed where it lives (a CUDA parameter is not copied to the host three times
     a step): the int64 sum of its elements read as integers of their size. Any one element's change changes it;
     changes that cancel are left to chance, which a checkpoint load or weight clipping does not play."""
-    t = t.detach()
-    if t.layout != torch.strided:
-        t = t.to_dense()
-    flat = t.reshape(-1)
-    as_int = _INT_OF_SIZE.get(flat.element_size())
-    if as_int is None or flat.dtype == torch.bool:
-        flat, as_int = flat.contiguous().view(torch.uint8), torch.uint8
-    return int(flat.contiguous().view(as_int).sum(dtype=torch.int64))
+    flat = _flat(t)
+    as_int = torch.uint8 if flat.dtype == torch.bool else _INT_OF_SIZE.get(flat.element_size(), torch.uint8)
+    return int(flat.view(as_int).sum(dtype=torch.int64))
 
 
 def _isal_crc32():
@@ -1199,18 +1197,18 @@ class DdpRecorder:
         # Their update at this step is not the optimizer's: the protocol check skips it, and the replay, which
         # steps from the parameters recorded at the step before, cannot stand for the run.
         ids = {id(q): n for n, q in self.module.named_parameters()}
-        edited = {"edited_before_step": self.step_tap.take_edited(), "edited_after_step": self.step_tap.mark()}
-        for key, changed in edited.items():
+        edited = {}
+        for key, changed in (("edited_before_step", self.step_tap.take_edited()),
+                             ("edited_after_step", self.step_tap.mark())):
             names = sorted(self.name(ids[i]) for i in changed if i in ids)
-            if names:
-                edited[key] = names
-                why = ("parameters changed outside optimizer.step() (first at step %d: %s): a checkpoint loaded, "
-                       "weights clipped or p.data edited; the replay steps from the parameters recorded at the "
-                       "step before" % (s, ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")))
-                if not any(r.startswith("parameters changed outside optimizer.step()") for r in self.no_replay):
-                    self.no_replay.append(why)
-            else:
-                edited[key] = None
+            if not names:
+                continue
+            edited[key] = names
+            if not any(r.startswith("parameters changed outside optimizer.step()") for r in self.no_replay):
+                self.no_replay.append(
+                    "parameters changed outside optimizer.step() (first at step %d: %s): a checkpoint loaded, weights "
+                    "clipped or p.data edited; the replay steps from the parameters recorded at the step before"
+                    % (s, ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")))
         lrs = lrs or [float(g["lr"]) for g in self.opt.param_groups]
         rec = {"step": s, "indices": self._save(p + ".indices", idx),
                "epoch": int(getattr(self.sampler, "epoch", 0)) if self.sampler is not None else 0,
@@ -1220,7 +1218,7 @@ class DdpRecorder:
                "ddp_forwards": self._counts["ddp"], "module_forwards": self._counts["module"],
                # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
                "autocast": self._counts["autocast"] > 0}
-        rec.update({k: v for k, v in edited.items() if v})
+        rec.update(edited)
         trained = [f for f in self._counts["fwds"] if f["backward"]]  # the forwards a backward went through
         if trained:  # the ranks must agree (BatchNorm in eval or a backbone unfrozen on one rank, a penalty forward)
             rec["eval_modules"] = trained[0]["eval"]

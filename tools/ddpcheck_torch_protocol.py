@@ -312,21 +312,22 @@ class StepTap:
             self.fingerprint, self.last = None, None
             return None
 
-    def _changed(self):
-        """ids of the params whose fingerprint differs from the latest taken (none before the first)."""
-        if self.last is None:
+    def _differ(self, now):
+        """ids of the params whose fingerprint in `now` differs from the latest taken (none before the first)."""
+        if now is None or self.last is None:
             return set()
-        now = self._take(self._params())
-        return set() if now is None else {i for i, c in now.items() if i in self.last and self.last[i] != c}
+        return {i for i, c in now.items() if i in self.last and self.last[i] != c}
+
+    def _changed(self):
+        return set() if self.last is None else self._differ(self._take(self._params()))
 
     def mark(self):
         """At rec.step() (and when the recorder starts): the ids of params changed since the last optimizer.step()
         (or the last mark), and a new fingerprint to compare the next optimizer.step()'s start with."""
         now = self._take(self._params())
-        if now is None:
-            return set()
-        changed = set() if self.last is None else {i for i, c in now.items() if i in self.last and self.last[i] != c}
-        self.last = now
+        changed = self._differ(now)
+        if now is not None:
+            self.last = now
         return changed
 
     def take(self):
@@ -407,6 +408,12 @@ def _changed_loss(user_loss, outputs, forwards):
             "clean multiple of it: the loop adds terms (a regularizer, a penalty) that the reference, the loss "
             "module's gradient, does not know; pass loss_fn= a function of (output, target) computing the whole "
             "loss" % (user_loss, whole, len(outputs)))
+
+
+def _holds_state(module):
+    """Whether a module (a loss) has parameters or buffers of its own: a network in it (a discriminator)."""
+    return isinstance(module, nn.Module) and (any(True for _ in module.parameters()) or
+                                              any(True for _ in module.buffers()))
 
 
 _MODULE_OWN = None
@@ -525,8 +532,7 @@ class Reference:
             # through the discriminator, a perceptual loss), its state as it is now: the discriminator steps between
             # calls, and the reference's copy, taken when the recorder started, would judge by a stale one
             state = None
-            if isinstance(_module, nn.Module) and (any(True for _ in _module.parameters()) or
-                                                   any(True for _ in _module.buffers())):
+            if _holds_state(_module):
                 state = {k: v.detach().clone() for k, v in _module.state_dict().items()}
             self.loss_settings.append((_settings(_module), state))
             self._loss_pending = True
@@ -611,11 +617,9 @@ class Reference:
         # A loss with a network in it (a GAN generator's loss through the discriminator) that the loop does not call
         # itself (no state was captured at a call): its state now, at rec.step(), not the copy's from when the
         # recorder started (the discriminator steps every iteration)
-        u = self.user_loss
-        if isinstance(self.loss, nn.Module) and u is not None and len(loss_settings) < len(inputs) and (
-                any(True for _ in u.parameters()) or any(True for _ in u.buffers())):
+        if isinstance(self.loss, nn.Module) and len(loss_settings) < len(inputs) and _holds_state(self.user_loss):
             with torch.no_grad():
-                self.loss.load_state_dict(u.state_dict())
+                self.loss.load_state_dict(self.user_loss.state_dict())
         for k, ((args, rng, kwargs, settings, buffers), y) in enumerate(zip(inputs, targets)):
             with torch.no_grad():
                 self.model.load_state_dict(start)
