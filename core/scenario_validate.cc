@@ -131,14 +131,20 @@ Status CheckFaults(const Scenario& s) {
   return Status::Ok();
 }
 
-// An uneven split trims ranks 1..W-1 by one sample per epoch: every rank must still run as many optimizer
-// steps, or rank 0 would wait for the others in a collective (that is BUGS.md's uneven-batches, not a setup).
-Status CheckUnevenSplit(const Scenario& s) {
-  if (!UnevenSplit(s) || s.world < 2) return Status::Ok();
+// DistributedSampler's settings for the scenario's data (its shard sizes; the order is the plan's business).
+SamplerConfig ShardSizes(const Scenario& s) {
   SamplerConfig cfg;
   cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
   cfg.world = s.world;
   cfg.drop_last = s.sampler.drop_last;
+  return cfg;
+}
+
+// An uneven split trims ranks 1..W-1 by one sample per epoch: every rank must still run as many optimizer
+// steps, or rank 0 would wait for the others in a collective (that is BUGS.md's uneven-batches, not a setup).
+Status CheckUnevenSplit(const Scenario& s) {
+  if (!UnevenSplit(s) || s.world < 2) return Status::Ok();
+  const SamplerConfig cfg = ShardSizes(s);
   if (cfg.n < 1) return Status::Ok();  // reported by the data checks
   const std::string path = s.sampler.uneven_split ? "/sampler/uneven_split" : "/faults";
   const int64_t shard = NumSamples(cfg);
@@ -206,30 +212,30 @@ Status ValidateScenario(const Scenario& s) {
   return st.Prefixed(s.source.empty() ? "<scenario>" : s.source);
 }
 
-// The data must give every rank at least one batch an epoch (3 samples with drop_last over 4 ranks give none: the
-// run would train nothing and pass), and a fault must fall within the run: its step below an upper bound of the
-// optimizer steps (every step takes at least one batch), or it is never injected.
+// The data must give every rank at least one optimizer step an epoch (3 samples with drop_last over 4 ranks, or
+// fewer batches than no_sync_steps, give none: the run would train nothing and pass), and a fault must fall within
+// the run's optimizer steps (rank 0's, core::PlanRank's count), or it is never injected.
 Status CheckTrainsSomeStep(const Scenario& s) {
-  SamplerConfig cfg;
-  cfg.n = s.data.x.shape.empty() ? s.data.samples : s.data.x.shape[0];
-  cfg.world = s.world;
-  cfg.drop_last = s.sampler.drop_last;
+  const SamplerConfig cfg = ShardSizes(s);
   if (cfg.n < 1 || s.world < 1 || s.batch_size < 1) return Status::Ok();  // reported by the other checks
   const int64_t shard = NumSamples(cfg);
   const int64_t batches = BatchesPerEpoch(shard, s.batch_size, s.sampler.drop_last_batch);
-  if (batches < 1) {
+  const int64_t per_epoch = batches / std::max<int64_t>(1, s.ddp.no_sync_steps);
+  if (per_epoch < 1) {
+    const std::string got = batches < 1 ? fmt::format("no batch of {}", s.batch_size)
+                                        : fmt::format("{} batch(es) of {}, fewer than /ddp/no_sync_steps ({})",
+                                                      batches, s.batch_size, s.ddp.no_sync_steps);
     return Status::Invalid(fmt::format(
-        "/data/samples: {} samples over {} ranks give each rank {} (sampler drop_last {}) and no batch of {}{}: the "
-        "run would train no step; use more samples or a smaller batch_size", cfg.n, s.world, shard,
-        s.sampler.drop_last ? "true" : "false", s.batch_size, s.sampler.drop_last_batch ? " (drop_last_batch)" : ""));
+        "/data/samples: {} samples over {} ranks give each rank {} (sampler drop_last {}) and {}{}: the run would "
+        "train no step; use more samples or a smaller batch_size", cfg.n, s.world, shard,
+        s.sampler.drop_last ? "true" : "false", got, s.sampler.drop_last_batch ? " (drop_last_batch)" : ""));
   }
-  int64_t most = batches * s.epochs;  // optimizer steps at most
-  if (s.steps >= 0) most = std::min(most, s.steps);
+  const int64_t steps = s.steps >= 0 ? std::min(per_epoch * s.epochs, s.steps) : per_epoch * s.epochs;
   for (size_t i = 0; i < s.faults.size(); ++i) {
-    if (s.faults[i].step >= most) {
+    if (s.faults[i].step >= steps) {
       return ValueError(JsonPath(JsonPath("/faults", i), "step"),
-                        fmt::format("must be below the run's {} optimizer step(s) at most (the fault would never be "
-                                    "injected)", most), s.faults[i].step);
+                        fmt::format("must be below the run's {} optimizer step(s) (the fault would never be injected)",
+                                    steps), s.faults[i].step);
     }
   }
   return Status::Ok();

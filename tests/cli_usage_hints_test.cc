@@ -33,6 +33,9 @@ TEST(CliUsage, MistypedOptionGetsADidYouMeanAndNothingRuns) {
   EXPECT_NE(r.err.find("unknown option '--wrold' for 'ddpcheck run': did you mean '--world'?"), std::string::npos)
       << r.err;
   EXPECT_EQ(r.out.find("VERDICT"), std::string::npos) << r.out;
+  // one line: its value '2' is not a second "unexpected argument"
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.find("unexpected argument"), std::string::npos) << r.err;
 }
 
 TEST(CliUsage, MistypedOptionWithAValueAfterAnEqualsSignIsNamedWithoutTheValue) {
