@@ -187,6 +187,15 @@ TEST(BadInput, ARunThatTrainsNothingOrAFaultPastTheRunIsRefused) {
   s["data"]["samples"] = 40;
   testing::WriteFile(dir.File("s.json"), s.dump());
   ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local", dir), 2, {"s.json", "/steps"});
+  // 4 batches a rank, fewer than an accumulation window of 8: no optimizer step either
+  s = SmallScenario();
+  s["ddp"] = {{"no_sync_steps", 8}};
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  ExpectNamed(RunLimited("run '" + dir.File("s.json") + "' -q --comm local", dir), 2,
+              {"s.json", "/data/samples", "fewer than /ddp/no_sync_steps (8)"});
+  s["ddp"] = {{"no_sync_steps", 4}};  // one optimizer step an epoch: a fault at step 0 is injected
+  testing::WriteFile(dir.File("s.json"), s.dump());
+  EXPECT_EQ(testing::RunCli("run '" + dir.File("s.json") + "' -q --comm local --fault loss-times-world:0").exit_code, 1);
 }
 
 TEST(BadInput, DeeplyNestedJsonIsRefusedWithItsLineAndColumnNotAStackOverflow) {
