@@ -465,6 +465,23 @@ CompareResult CheckRankInvariants(const Trace& trace) {
   return result;
 }
 
+bool BitwiseAgrees(const Trace& got, const Trace& want) {
+  if (!got.events().empty()) return false;
+  bool any = false;
+  for (const auto& [key, value] : got.records()) {
+    if (key.checkpoint == Checkpoint::kBucket) continue;
+    const Tensor* w = want.Find(key);
+    if (!w) {
+      TraceKey all = key;
+      all.rank = kAllRanks;
+      w = want.Find(all);
+    }
+    if (!w || !BitwiseEqual(value, *w)) return false;
+    any = true;
+  }
+  return any;
+}
+
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy) {
   return CompareTraces(got, want, policy, Trace());
 }
@@ -524,15 +541,21 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
   // Needed only where a value is compared against a budget (no exact rule, no element-wise bound).
   std::set<std::pair<int64_t, Checkpoint>> budgeted;
+  // A value both traces hold (one tensor, Trace::SetTwinSource) has no error: no budget, no pass over it.
+  auto shared = [](const Compared& c) { return c.got == c.want; };
   for (const Compared& c : jobs) {
     const bool bounded = c.bound && static_cast<int64_t>(c.bound->data.size()) == c.want->numel();  // CompareTensor's rule
-    if (!exact_for(c) && !bounded) budgeted.insert({c.key.step, c.key.checkpoint});
+    if (!exact_for(c) && !bounded && !shared(c)) budgeted.insert({c.key.step, c.key.checkpoint});
   }
   const std::map<std::pair<int64_t, Checkpoint>, double> scale_at =
       budgeted.empty() ? std::map<std::pair<int64_t, Checkpoint>, double>() : ReferenceScales(want, nullptr, &budgeted);
   ParallelFor(static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     Compared& c = jobs[static_cast<size_t>(i)];
     if (c.computed != static_cast<size_t>(i)) return;
+    if (shared(c)) {
+      c.stats.compared = 1;
+      return;
+    }
     const TraceKey& key = c.key;
     const int64_t budget_step = policy_step >= 0 ? policy_step : key.step;
     const auto sc = scale_at.find({key.step, key.checkpoint});

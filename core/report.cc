@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -46,8 +47,6 @@ double Ratio(double x, double d) { return d > 0 ? x / d : (x > 0 || std::isnan(x
 void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolicy& policy, RunReport* report) {
   // The same budget as CompareTraces: it scales with the largest reference magnitude at (step, checkpoint),
   // and with the reference tensor's own (an infinity counts there).
-  std::map<const Tensor*, double> own_scale;
-  std::map<std::pair<int64_t, Checkpoint>, double> scale_at = ReferenceScales(want, &own_scale);
   for (const auto& [key, value] : want.records()) {
     if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0 && key.rank != kAllRanks &&
         !value->data.empty()) {
@@ -101,6 +100,19 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
     me.max_err = max_err;
     me.differs = unequal > 0;
   });
+  // The scales (a pass over the reference) only where an error is not 0: a ratio of no error is 0 at any scale.
+  std::set<std::pair<int64_t, Checkpoint>> erring;
+  {
+    size_t at = 0;
+    for (const auto& [key, value] : got.records()) {
+      if (!want_of(key, value)) continue;
+      const Measured& me = measured[measured[at++].computed];
+      if (me.max_err != 0 || me.differs) erring.insert({key.step, key.checkpoint});
+    }
+  }
+  std::map<const Tensor*, double> own_scale;
+  std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
+  if (!erring.empty()) scale_at = ReferenceScales(want, &own_scale, &erring);
   auto& map = report->divergence_map;
   size_t next = 0;
   for (const auto& [key, value] : got.records()) {

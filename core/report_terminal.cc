@@ -58,7 +58,7 @@ CheckpointCells FormatCheckpointCells(const RunReport& r, const std::string& nam
   const bool known = it != r.checkpoint_summary.end();
   const bool exact = known ? it->second.exact
                            : (name == "sampler" || name == "lr" || name == "scaler" || name == "bucket" ||
-                              r.result.derivation.rfind("exact", 0) == 0);
+                              r.result.derivation.rfind("exact", 0) == 0 || r.result.derivation.rfind("bitwise", 0) == 0);
   c.check = exact ? "exact" : "budget";
   if (exact) {
     c.max_abs_err = st.failed == 0 ? "equal" : "differ";
@@ -74,6 +74,10 @@ CheckpointCells FormatCheckpointCells(const RunReport& r, const std::string& nam
 std::string ToleranceSummary(const RunReport& r) {
   if (r.result.derivation.empty()) return "";
   if (r.result.derivation.rfind("exact", 0) == 0) return "exact by construction: every value must be bitwise equal";
+  if (r.result.derivation.rfind("bitwise", 0) == 0) {
+    return "bitwise: every value equal to the reference's, which computes each step as the CPU world does (no "
+           "step needed the step-local replay's bounds)";
+  }
   if (r.result.derivation.rfind("step-local", 0) == 0) {
     return "exact for integers, sampler, lr and scaler state; each floating value within its own bound from a "
            "running error analysis of its step, replayed from the run's recorded state (its derivation: "

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,21 @@ struct Tensor {
 
 // True when dtype, shape and every value's bits are equal (NaN equals NaN with the same bits).
 bool BitwiseEqual(const Tensor& a, const Tensor& b);
+
+// True when each of the n values at p, widened to a double, is bitwise equal to host's (n == host.size()).
+template <typename T>
+bool WidenedBitwiseEqual(const T* p, const std::vector<double>& host) {
+  bool same = true;
+  for (size_t i = 0; i < host.size(); ++i) {
+    const double d = static_cast<double>(p[i]);
+    uint64_t a, b;
+    std::memcpy(&a, &d, sizeof a);
+    std::memcpy(&b, &host[i], sizeof b);
+    same &= a == b;
+    if ((i & 4095) == 4095 && !same) return false;  // blocks of 4096 stay branch-free (vectorised)
+  }
+  return same;
+}
 
 struct Span {
   void* data = nullptr;

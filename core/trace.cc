@@ -111,6 +111,11 @@ std::vector<std::shared_ptr<const Tensor>> Trace::TwinsLocked(const TraceKey& ke
 }
 
 std::shared_ptr<const Tensor> Trace::SourceTwin(const TraceKey& key, const Tensor& p) const {
+  return SourceRecord(key, [&](const Tensor& t) { return BitwiseEqual(t, p); });
+}
+
+std::shared_ptr<const Tensor> Trace::SourceRecord(const TraceKey& key,
+                                                  const std::function<bool(const Tensor&)>& same) const {
   if (!twin_source_) return nullptr;
   const auto& theirs = twin_source_->records_;
   TraceKey other = key;
@@ -119,8 +124,13 @@ std::shared_ptr<const Tensor> Trace::SourceTwin(const TraceKey& key, const Tenso
     other.rank = key.rank == kAllRanks ? 0 : kAllRanks;
     it = theirs.find(other);
   }
-  if (it == theirs.end() || !BitwiseEqual(*it->second.ptr(), p)) return nullptr;
+  if (it == theirs.end() || !same(*it->second.ptr())) return nullptr;
   return it->second.ptr();
+}
+
+void Trace::AddShared(const TraceKey& key, std::shared_ptr<const Tensor> p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.insert_or_assign(key, SharedTensor(std::move(p)));
 }
 
 void Trace::Add(const TraceKey& key, Tensor value) {

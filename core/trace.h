@@ -100,6 +100,11 @@ class Trace {
   // ranks): a reference run beside the world it checks holds the local gradients both computed alike once.
   // `other` must outlive the setting and not change meanwhile; nullptr clears it. Copies do not carry it.
   void SetTwinSource(const Trace* other) { twin_source_ = other; }
+  // The twin source's record for key (matched as Add matches it) when `same` accepts it, else nullptr: a value
+  // compared where it lies, without a copy. Thread-safe while the source does not change.
+  std::shared_ptr<const Tensor> SourceRecord(const TraceKey& key, const std::function<bool(const Tensor&)>& same) const;
+  // Records p, a value held with another trace (SourceRecord), as key's.
+  void AddShared(const TraceKey& key, std::shared_ptr<const Tensor> p);
   // Moves the records of steps <= last_step (not the events or meta) into the returned trace. Not synchronised
   // with Add.
   Trace TakeSteps(int64_t last_step);

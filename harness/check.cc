@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/compare.h"
 #include "core/diagnose.h"
 #include "core/dump_check.h"
 #include "core/faults.h"
@@ -59,19 +60,29 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
     return ref::CheckStepLocal(core::OracleScenario(*s), got.trace, policy, &*replayed).Prefixed("step-local replay");
   };
   const bool scenario_reference = !opts.want.has_value() || opts.want->kind == SourceKind::kReference;
-  if (has_oracle && scenario_reference && scenario_policy &&
-      StepLocalApplies(&*s, opts.got.kind, got.trace, *scenario_policy, /*oracle_is_reference=*/true)) {
+  const bool replay_first = has_oracle && scenario_reference && scenario_policy &&
+                            StepLocalApplies(&*s, opts.got.kind, got.trace, *scenario_policy, /*oracle_is_reference=*/true);
+  // The CPU world computes each step as the scenario's reference does (the same kernels; DDP's average in Gloo's
+  // ring order, reference/trainer.cc): a world bitwise equal to it at every checkpoint did exactly what the
+  // single process did, and needs no replay. Its reference comes first; the replay runs where the two differ.
+  const bool reference_first = replay_first && opts.got.kind == SourceKind::kSim;
+  if (replay_first && !reference_first) {
     StampPolicy(*scenario_policy, &got.trace);
     DDPCHECK_RETURN_IF_ERROR(replay(*scenario_policy));
   }
   Produced want;
   if (has_oracle) {
-    // The reference computes much as the run did (a CPU world's local gradients, bitwise): those values are
-    // held once, for the two traces.
+    // The reference computes much as the run did (a CPU world's values, bitwise): those values are held once, for
+    // the two traces.
     want.trace.SetTwinSource(&got.trace);
     const core::Status st = ProduceWant(s ? &*s : nullptr, opts, &want).Prefixed("oracle");
     want.trace.SetTwinSource(nullptr);
     DDPCHECK_RETURN_IF_ERROR(st);
+  }
+  const bool bitwise = reference_first && core::BitwiseAgrees(got.trace, want.trace);
+  if (reference_first && !bitwise) {
+    StampPolicy(*scenario_policy, &got.trace);
+    DDPCHECK_RETURN_IF_ERROR(replay(*scenario_policy));
   }
   const core::TolerancePolicy policy =
       scenario_policy ? *scenario_policy : PolicyFromMeta(got.trace, want.trace);
@@ -81,7 +92,7 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
   }
   const bool want_is_reference = want.name.rfind("reference", 0) == 0 ||
                                  want.trace.meta.value("backend", std::string()) == "reference";
-  if (has_oracle && !replayed &&
+  if (has_oracle && !replayed && !bitwise &&
       StepLocalApplies(s ? &*s : nullptr, opts.got.kind, got.trace, policy, want_is_reference)) {
     DDPCHECK_RETURN_IF_ERROR(replay(policy));
   }
@@ -97,6 +108,7 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
   c.want = has_oracle ? &want : nullptr;
   c.policy = policy;
   c.step_local = replayed ? &*replayed : nullptr;
+  c.bitwise = bitwise;
   DDPCHECK_RETURN_IF_ERROR(Compose(c, report));
 
   for (const Source& extra : opts.cross_checks) {

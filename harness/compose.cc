@@ -76,6 +76,12 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
     report->against = c.want->name + ", step-local";
   } else if (c.want) {
     result = core::CompareTraces(got, c.want->trace, c.policy);
+    if (c.bitwise && result.pass) {
+      result.derivation = "bitwise: every value the run recorded is bitwise equal to the " + c.want->name +
+                          "'s (which computes each step as the CPU world does, DDP's average in Gloo's ring order), so "
+                          "no step needed the step-local replay's bounds";
+      report->against = c.want->name + ", bitwise";
+    }
   } else {
     result.derivation = "no oracle" + (report->replay_note.empty() ? "" : " (" + report->replay_note + ")") +
                         ": only DDP's invariants between ranks were checked";

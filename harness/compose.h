@@ -20,6 +20,9 @@ struct Composition {
   // The step-local check's result, where it applies (StepLocalApplies; Finish runs it); null: the run is compared
   // with the oracle's trace.
   const core::CompareResult* step_local = nullptr;
+  // The run is bitwise equal to the oracle at every checkpoint (core::BitwiseAgrees): judged by that, without a
+  // replay (Finish).
+  bool bitwise = false;
 };
 
 // Whether the run is judged by the step-local replay (reference/step_local.h) against an oracle that is the

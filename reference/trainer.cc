@@ -10,8 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "core/plan.h"
 #include "core/amp.h"
+#include "core/buckets.h"
+#include "core/gloo_ring.h"
 #include "core/lr_scheduler.h"
 #include "core/optimizer.h"
 #include "core/parallel.h"
@@ -32,26 +33,40 @@ Tensor ToTensor(const T* data, const core::ParamInfo& info, core::DType dtype) {
   return Tensor(dtype, info.shape, std::vector<double>(data, data + info.numel()));
 }
 
-// Tensors of a model's size copied out on every core (each a fresh vector, written and page-faulted), then
-// added to the trace in order.
+// Records values of a model's size: each copied out on every core (a fresh vector, written and page-faulted),
+// except where the trace's twin source holds a bitwise equal value of the same key (compared where it lies: the
+// CPU world's, which this computation repeats), then added in order.
 template <typename T>
-std::vector<Tensor> ToTensors(const std::vector<std::pair<const T*, const core::ParamInfo*>>& from) {
+void RecordAll(core::Trace* trace, const std::vector<core::TraceKey>& keys,
+               const std::vector<std::pair<const T*, const core::ParamInfo*>>& from) {
+  std::vector<std::shared_ptr<const Tensor>> shared(from.size());
   std::vector<Tensor> out(from.size());
   core::ParallelFor(static_cast<int64_t>(from.size()), [&](int64_t i) {
-    const auto& [data, info] = from[static_cast<size_t>(i)];
-    out[static_cast<size_t>(i)] = ToTensor(data, *info, core::DTypeOf<T>());
+    const auto k = static_cast<size_t>(i);
+    const auto& [data, info] = from[k];
+    shared[k] = trace->SourceRecord(keys[k], [&](const Tensor& t) {
+      return t.dtype == core::DTypeOf<T>() && t.shape == info->shape && core::WidenedBitwiseEqual(data, t.data);
+    });
+    if (!shared[k]) out[k] = ToTensor(data, *info, core::DTypeOf<T>());
   });
-  return out;
+  for (size_t k = 0; k < from.size(); ++k) {
+    if (shared[k]) {
+      trace->AddShared(keys[k], std::move(shared[k]));
+    } else {
+      trace->Add(keys[k], std::move(out[k]));
+    }
+  }
 }
 
 template <typename T>
 void RecordParams(const Model<T>& m, int64_t step, Checkpoint c, core::Trace* t) {
   std::vector<std::pair<const T*, const core::ParamInfo*>> from;
-  for (int i = 0; i < m.num_params(); ++i) from.emplace_back(m.param_data(i), &m.param_info(i));
-  std::vector<Tensor> values = ToTensors(from);
+  std::vector<core::TraceKey> keys;
   for (int i = 0; i < m.num_params(); ++i) {
-    t->Add({step, c, m.param_info(i).name, core::kAllRanks}, std::move(values[static_cast<size_t>(i)]));
+    from.emplace_back(m.param_data(i), &m.param_info(i));
+    keys.push_back({step, c, m.param_info(i).name, core::kAllRanks});
   }
+  RecordAll(t, keys, from);
 }
 
 template <typename T>
@@ -131,6 +146,48 @@ core::Status RunParallel(int world, const Fn& run_rank) {
   return core::Status::Ok();
 }
 
+// DDP's bucket layout at a step, as core/ddp.cc builds it: the initial one until rank 0's first synced backward
+// has given its gradient-ready order, the rebuilt one from then on (never with find_unused_parameters).
+std::vector<std::vector<int>> BucketLayoutAt(const core::DdpSpec& ddp, const std::vector<std::pair<int64_t, core::DType>>& sizes,
+                                             const std::vector<int>& ready_order) {
+  if (ddp.find_unused_parameters || ready_order.size() != sizes.size()) return core::InitialBucketLayout(sizes, ddp);
+  return core::RebuiltBucketLayout(ready_order, sizes, ddp);
+}
+
+// DDP's average of one parameter's local gradients, bitwise as the CPU world's all-reduce gives it: each rank's
+// gradient scaled into its bucket slot (x fl(1/W), or / W where the grad is the bucket view; a rank that did not
+// use the parameter gives zeros, as its slot does), then summed in Gloo's ring order over the bucket
+// (core/gloo_ring.h): element i of the bucket is in chunk c = i / chunk and is summed along the ring that ends
+// at rank c, from rank c - 1 down. `offset`: the parameter's first element in its bucket. On every core.
+template <typename T>
+void RingAverage(const std::vector<const T*>& local, int64_t numel, int64_t offset, int64_t chunk, bool divide,
+                 T* out) {
+  const int world = static_cast<int>(local.size());
+  const T inv_world = static_cast<T>(1.0 / world);
+  const T t_world = static_cast<T>(world);
+  auto add = [&](int r, int64_t begin, int64_t end, bool first) {
+    const T* g = local[static_cast<size_t>(r)];
+    if (!g) {
+      if (first) std::fill(out + begin, out + end, T(0));
+      else for (int64_t e = begin; e < end; ++e) out[e] = T(0) + out[e];
+    } else if (divide) {
+      if (first) for (int64_t e = begin; e < end; ++e) out[e] = g[e] / t_world;
+      else for (int64_t e = begin; e < end; ++e) out[e] = g[e] / t_world + out[e];
+    } else {
+      if (first) for (int64_t e = begin; e < end; ++e) out[e] = g[e] * inv_world;
+      else for (int64_t e = begin; e < end; ++e) out[e] = g[e] * inv_world + out[e];
+    }
+  };
+  core::ParallelForChunks(numel, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end;) {
+      const int64_t c = (offset + e) / chunk;
+      const int64_t stop = std::min(end, (c + 1) * chunk - offset);
+      for (int k = 1; k <= world; ++k) add(static_cast<int>(((c - k) % world + world) % world), e, stop, k == 1);
+      e = stop;
+    }
+  });
+}
+
 template <typename T>
 core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace* trace) {
   const int world = s.world;
@@ -170,7 +227,6 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
   std::vector<core::ParamState<T>> state(static_cast<size_t>(np));
   std::vector<bool> aliased(static_cast<size_t>(np), false);
   core::LrSchedule schedule(s.optimizer.lr, s.schedulers);
-  const T inv_world = static_cast<T>(1.0 / world);
   core::GradScaler scaler;
   const bool scaled = core::UsesGradScaler(s.amp);
   if (scaled) DDPCHECK_RETURN_IF_ERROR(core::MakeGradScaler(s.amp, 1.0, &scaler));
@@ -179,6 +235,10 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
   // The single-process global-batch mean (each rank weighted by its sample count), which DDP's mean of
   // per-rank means equals only when every rank's batch has the same size.
   const bool global_mean = s.global_batch_mean;
+  // Rank 0's gradient-ready order in its first synced backward: DDP's buckets are rebuilt from it.
+  std::vector<int> ready_order;
+  std::vector<std::pair<int64_t, core::DType>> sizes;
+  for (int p = 0; p < np; ++p) sizes.emplace_back(master.param_info(p).numel(), master.param_info(p).dtype);
 
   for (size_t step_i = 0; step_i < plans[0].size(); ++step_i) {
     const int64_t step = plans[0][step_i].step;
@@ -196,7 +256,7 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     for (int r = 0; r < world; ++r) {
       Model<T>& w = workers[static_cast<size_t>(r)];
       const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
-      w.ZeroGrad(true);
+      w.ZeroGrad(false);  // as the world does (core/train_loop.cc): a later step adds into zeros, +0 for a -0
       w.SetTraining(true);
       auto& rr = rows[static_cast<size_t>(r)];
       for (const auto& mb : plan.micro_batches) rr.insert(rr.end(), mb.begin(), mb.end());
@@ -206,6 +266,8 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     // Each rank's micro-batches: forward, loss, backward (which parameters it reached).
     const T loss_scale = scaled ? static_cast<T>(scaler.scale()) : T(1);
     std::vector<std::vector<bool>> used(static_cast<size_t>(world), std::vector<bool>(static_cast<size_t>(np), false));
+    const std::vector<std::vector<int>> layout = BucketLayoutAt(s.ddp, sizes, ready_order);
+    const bool record_order = ready_order.empty();
     auto run_rank = [&](int r) -> core::Status {
       Model<T>& w = workers[static_cast<size_t>(r)];
       const core::StepPlan& plan = plans[static_cast<size_t>(r)][step_i];
@@ -221,7 +283,11 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
         trace->Add({step, Checkpoint::kLoss, k == 1 ? "loss" : "loss." + std::to_string(m), r},
                    Tensor::Scalar(static_cast<double>(loss), s.precision));
         auto& u = used[static_cast<size_t>(r)];
-        DDPCHECK_RETURN_IF_ERROR(w.Backward(loss_scale, [&](int p) { u[static_cast<size_t>(p)] = true; }));
+        const bool order = record_order && r == 0 && m + 1 == k;  // the synced backward
+        DDPCHECK_RETURN_IF_ERROR(w.Backward(loss_scale, [&](int p) {
+          u[static_cast<size_t>(p)] = true;
+          if (order) ready_order.push_back(p);
+        }));
         if (hooks && hooks->after_backward) hooks->after_backward(step, r, static_cast<int64_t>(m), w, x, b.y);
       }
       return core::Status::Ok();
@@ -231,8 +297,8 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     } else {
       DDPCHECK_RETURN_IF_ERROR(RunParallel(world, run_rank));
     }
-    // The local gradients recorded (copied out on every core, added in rank order), then DDP's average: each
-    // element summed over the ranks in rank order from 0, on every core over chunks of elements.
+    // The local gradients recorded (RecordAll), then DDP's average as the CPU world's buckets give it (RingAverage;
+    // a global-batch mean in rank order from 0), on every core over chunks of elements.
     std::vector<std::pair<int, int>> contributions;  // (rank, param) in rank order
     std::vector<std::pair<const T*, const core::ParamInfo*>> local;
     for (int r = 0; r < world; ++r) {
@@ -245,34 +311,48 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
         local.emplace_back(w.grad_data(p), &w.param_info(p));
       }
     }
-    std::vector<Tensor> local_values = ToTensors(local);
-    for (size_t i = 0; i < contributions.size(); ++i) {
-      const auto [r, p] = contributions[i];
-      trace->Add({step, Checkpoint::kLocalGrad, master.param_info(p).name, r}, std::move(local_values[i]));
+    {
+      std::vector<core::TraceKey> keys;
+      for (const auto& [r, p] : contributions) keys.push_back({step, Checkpoint::kLocalGrad, master.param_info(p).name, r});
+      RecordAll(trace, keys, local);
     }
-    local_values.clear();
     for (int r = 0; r < world; ++r) RecordBuffers(workers[static_cast<size_t>(r)], step, Checkpoint::kBuffers, r, trace);
+    // Each parameter's place in its bucket (offset, bucket length) and the ranks' gradients of it.
+    std::vector<std::pair<int64_t, int64_t>> place(static_cast<size_t>(np), {0, 0});
+    for (const auto& bucket : layout) {
+      int64_t length = 0;
+      for (int p : bucket) length += master.param_info(p).numel();
+      int64_t offset = 0;
+      for (int p : bucket) {
+        place[static_cast<size_t>(p)] = {offset, length};
+        offset += master.param_info(p).numel();
+      }
+    }
+    std::vector<std::vector<const T*>> by_param(static_cast<size_t>(np), std::vector<const T*>(static_cast<size_t>(world), nullptr));
+    for (size_t i = 0; i < contributions.size(); ++i) {
+      by_param[static_cast<size_t>(contributions[i].second)][static_cast<size_t>(contributions[i].first)] = local[i].first;
+    }
     std::vector<std::pair<const T*, const core::ParamInfo*>> averaged;
     for (int p = 0; p < np; ++p) {
       const auto pi = static_cast<size_t>(p);
       if (!used_any[pi]) continue;  // globally unused: the grad is left untouched
       T* sum = master.grad_data(p);
-      core::ParallelForChunks(master.param_info(p).numel(), int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-        std::fill(sum + begin, sum + end, T(0));
-        for (size_t i = 0; i < contributions.size(); ++i) {
-          const auto [r, q] = contributions[i];
-          if (q != p) continue;
-          const T* g = local[i].first;
-          if (global_mean) {
+      const int64_t numel = master.param_info(p).numel();
+      if (global_mean) {
+        core::ParallelForChunks(numel, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+          std::fill(sum + begin, sum + end, T(0));
+          for (int r = 0; r < world; ++r) {
+            const T* g = by_param[pi][static_cast<size_t>(r)];
+            if (!g) continue;
             const auto share = static_cast<T>(static_cast<double>(rows[static_cast<size_t>(r)].size()) / total_rows);
             for (int64_t e = begin; e < end; ++e) sum[e] += g[e] * share;
-          } else if (aliased[pi]) {
-            for (int64_t e = begin; e < end; ++e) sum[e] += g[e] / static_cast<T>(world);
-          } else {
-            for (int64_t e = begin; e < end; ++e) sum[e] += g[e] * inv_world;
           }
-        }
-      });
+        });
+      } else {
+        const auto [offset, length] = place[pi];
+        const int64_t chunk = core::GlooRingChunkElements(length, static_cast<int64_t>(sizeof(T)), world);
+        RingAverage<T>(by_param[pi], numel, offset, chunk, aliased[pi], sum);
+      }
       master.set_grad_defined(p, true);
       if (s.ddp.gradient_as_bucket_view) aliased[pi] = true;
       averaged.emplace_back(sum, &master.param_info(p));
@@ -281,9 +361,10 @@ core::Status Run(const core::Scenario& s, const StepHooks<T>* hooks, core::Trace
     for (int i = 0; i < master.num_buffers(); ++i) {
       std::copy_n(workers[0].buffer_data(i), master.buffer_info(i).numel(), master.buffer_data(i));
     }
-    std::vector<Tensor> averaged_values = ToTensors(averaged);
-    for (size_t i = 0; i < averaged.size(); ++i) {
-      trace->Add({step, Checkpoint::kReduced, averaged[i].second->name, core::kAllRanks}, std::move(averaged_values[i]));
+    {
+      std::vector<core::TraceKey> keys;
+      for (const auto& a : averaged) keys.push_back({step, Checkpoint::kReduced, a.second->name, core::kAllRanks});
+      RecordAll(trace, keys, averaged);
     }
     bool found_inf = false;
     if (scaled) {

@@ -17,7 +17,7 @@
 #include "core/check.h"
 #include "sim/communicator_fingerprint.h"
 #include "sim/communicator_gloo_errors.h"
-#include "sim/communicator_ring.h"
+#include "core/gloo_ring.h"
 #include "sim/store_named.h"
 
 namespace ddpcheck::sim {
@@ -241,9 +241,9 @@ Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
   std::function<void()> body;
   if (buf.numel > 0 && FitsDirect(buf.bytes())) {
     // One round: every rank's buffer travels with its fingerprint; the sum runs here in the ring's order, so
-    // it has the bits gloo::allreduce would give (sim/communicator_ring.h).
+    // it has the bits gloo::allreduce would give (core/gloo_ring.h).
     DirectPayload direct{buf.data, static_cast<size_t>(buf.bytes()), [&](const std::vector<const void*>& blocks) {
-                           GlooRingSum(blocks, buf.numel, buf.dtype, buf.data);
+                           core::GlooRingSum(blocks, buf.numel, buf.dtype, buf.data);
                          }};
     return Run(rec, nullptr, &direct);
   }

@@ -3,7 +3,7 @@
 // Rendezvous goes through a gloo::rendezvous::Store: one shared sim::MemoryStore (or gloo HashStore) for
 // ranks as threads, a FileStore(dir) per process for ranks as processes. All keys live under "<run_id>/",
 // so several runs can share one store. Collectives are the ones PyTorch's ProcessGroupGloo uses:
-// gloo::allreduce (ring, gloo::sum; see sim/communicator_ring.h for its summation order), gloo::broadcast,
+// gloo::allreduce (ring, gloo::sum; see core/gloo_ring.h for its summation order), gloo::broadcast,
 // gloo::allgather, gloo::barrier, each with this communicator's timeout, with one exception for speed: an
 // all-reduce small enough (SetDirectAllReduceBytes) travels as one round of direct point-to-point messages
 // over the same Gloo pairs and is summed locally in the ring's order, which gives gloo::allreduce's bits
@@ -82,7 +82,7 @@ class GlooCommunicator final : public core::Communicator {
   void SetFlightRecorder(bool on) { record_ = on; }
   // All-reduces of at most this many bytes per rank (capped so the staging memory stays within 1 MiB per rank:
   // 256 KiB at W <= 4, about 16 KiB at W = 64) travel with the fingerprint in one round of direct messages (every
-  // rank sends its buffer to every other) and are summed here in the ring's order (sim/communicator_ring.h):
+  // rank sends its buffer to every other) and are summed here in the ring's order (core/gloo_ring.h):
   // the same bits as gloo::allreduce's ring, in one network round instead of 2(W-1) dependent ones. Larger
   // ones run gloo::allreduce. 0 sends every all-reduce through gloo::allreduce. Every rank of a run must use
   // the same value.

@@ -1,7 +1,7 @@
 // LocalCommunicator: core::Communicator in memory, for worlds too large for a Gloo full mesh (W up to 256
 // rank threads in one process). All ranks share one LocalWorld, where each collective meets.
 //
-// AllReduceSum produces the bits GlooCommunicator produces (Gloo's ring order, sim/communicator_ring.h).
+// AllReduceSum produces the bits GlooCommunicator produces (Gloo's ring order, core/gloo_ring.h).
 // Timeouts, fingerprints and messages follow GlooCommunicator: a rank that never arrives within the timeout
 // makes the others return Status::Timeout naming it and what it entered last (the world's flight recorder),
 // after which the whole world is unusable; ranks that enter different collectives all return

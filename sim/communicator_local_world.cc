@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "sim/communicator_ring.h"
+#include "core/gloo_ring.h"
 
 namespace ddpcheck::sim {
 
@@ -83,7 +83,7 @@ void LocalWorld::Complete() {
       std::vector<const void*> inputs;
       for (const Arrival& a : arrivals_) inputs.push_back(a.in);
       result_.resize(bytes);
-      DDPCHECK_CHECK(GlooRingSum(inputs, first.numel, first.dtype, result_.data()), core::DTypeName(first.dtype));
+      DDPCHECK_CHECK(core::GlooRingSum(inputs, first.numel, first.dtype, result_.data()), core::DTypeName(first.dtype));
       break;
     }
     case CollectiveOp::kBroadcast: {

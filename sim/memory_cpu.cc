@@ -82,31 +82,13 @@ core::Tensor CpuMemory::ToHost(core::ConstSpan src, const std::vector<int64_t>& 
   return t;
 }
 
-namespace {
-// Every element, as ToHost widens it to a double, bitwise equal to host's.
-template <typename T>
-bool SameWidened(const void* src, const std::vector<double>& host) {
-  const T* p = static_cast<const T*>(src);
-  bool same = true;
-  for (size_t i = 0; i < host.size(); ++i) {
-    const double d = static_cast<double>(p[i]);
-    uint64_t a, b;
-    std::memcpy(&a, &d, sizeof a);
-    std::memcpy(&b, &host[i], sizeof b);
-    same &= a == b;
-    if ((i & 4095) == 4095 && !same) return false;  // blocks of 4096 stay branch-free (vectorised)
-  }
-  return same;
-}
-}  // namespace
-
 bool CpuMemory::SameAsHost(core::ConstSpan src, const core::Tensor& host) const {
   if (src.dtype != host.dtype || src.numel != host.numel()) return false;
   switch (src.dtype) {
-    case core::DType::kFloat32: return SameWidened<float>(src.data, host.data);
-    case core::DType::kFloat64: return SameWidened<double>(src.data, host.data);
-    case core::DType::kInt32: return SameWidened<int32_t>(src.data, host.data);
-    case core::DType::kInt64: return SameWidened<int64_t>(src.data, host.data);
+    case core::DType::kFloat32: return core::WidenedBitwiseEqual(static_cast<const float*>(src.data), host.data);
+    case core::DType::kFloat64: return core::WidenedBitwiseEqual(static_cast<const double*>(src.data), host.data);
+    case core::DType::kInt32: return core::WidenedBitwiseEqual(static_cast<const int32_t*>(src.data), host.data);
+    case core::DType::kInt64: return core::WidenedBitwiseEqual(static_cast<const int64_t*>(src.data), host.data);
     default: return false;
   }
 }

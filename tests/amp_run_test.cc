@@ -9,10 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include "core/faults.h"
 #include "core/grad_scaler.h"
 #include "core/scenario.h"
 #include "core/train_loop.h"
 #include "harness/check.h"
+#include "harness/tolerance.h"
+#include "reference/step_local.h"
 #include "tests/amp_world.h"
 
 namespace ddpcheck {
@@ -84,8 +87,23 @@ TEST_P(AmpRun, DefaultScenarioPassesAgainstTheReference) {
                                                      : std::string("no first mismatch"));
   EXPECT_GT(report.result.stats["unscaled"].compared, 0);
   EXPECT_GT(report.result.stats["scaler"].compared, 0);
-  EXPECT_NE(report.result.derivation.find("AMP"), std::string::npos) << report.result.derivation;
+  // The CPU world computes its AMP steps as the reference does: bitwise equal, so no step needed the AMP rules'
+  // bounds (harness/check.cc); the step-local replay with them is tested below.
+  EXPECT_EQ(report.result.derivation.rfind("bitwise", 0), 0u) << report.result.derivation;
   ExpectScalerSequence(s, got, ref);
+}
+
+TEST_P(AmpRun, TheStepLocalReplayJudgesItWithTheAmpRules) {
+  core::Scenario s = AmpDefault(GetParam());
+  core::RunReport report;
+  core::Trace got;
+  ASSERT_TRUE(harness::Check(s, harness::CheckOptions(), &report, &got, nullptr).ok());
+  ASSERT_TRUE(core::MaterializeData(&s).ok());
+  core::CompareResult replayed;
+  ASSERT_TRUE(ref::CheckStepLocal(core::OracleScenario(s), got, harness::PolicyFor(harness::SourceKind::kSim, s, false),
+                                  &replayed).ok());
+  EXPECT_TRUE(replayed.pass) << (replayed.first ? replayed.first->key.ToString() : std::string());
+  EXPECT_NE(replayed.derivation.find("AMP"), std::string::npos) << replayed.derivation;
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AmpRun, ::testing::Values("fp16", "bf16"));

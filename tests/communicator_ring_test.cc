@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/gloo_ring.h"
 #include "sim/communicator_gloo.h"
-#include "sim/communicator_ring.h"
 #include "sim/store.h"
 #include "tests/test_util.h"
 
@@ -19,6 +19,8 @@ namespace ddpcheck::sim {
 namespace {
 
 using core::DType;
+using core::GlooRingChunkElements;
+using core::GlooRingSum;
 
 TEST(GlooRingChunkElements, IsTwoSegmentsOfCeilLOverTwoWWhileSegmentsAreUnderOneMiB) {
   EXPECT_EQ(GlooRingChunkElements(1, 4, 3), 2);        // 2 * ceil(1 / 6)

@@ -1,9 +1,9 @@
-#include "sim/communicator_ring.h"
+#include "core/gloo_ring.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace ddpcheck::sim {
+namespace ddpcheck::core {
 
 namespace {
 constexpr int64_t kGlooMaxSegmentBytes = 1024 * 1024;
@@ -44,17 +44,17 @@ int64_t GlooRingChunkElements(int64_t numel, int64_t element_size, int world) {
   return (segments / world) * segment_elements;
 }
 
-bool GlooRingSum(const std::vector<const void*>& inputs, int64_t numel, core::DType dtype, void* out) {
-  const bool supported = dtype == core::DType::kFloat32 || dtype == core::DType::kFloat64 ||
-                         dtype == core::DType::kInt32 || dtype == core::DType::kInt64;
+bool GlooRingSum(const std::vector<const void*>& inputs, int64_t numel, DType dtype, void* out) {
+  const bool supported = dtype == DType::kFloat32 || dtype == DType::kFloat64 ||
+                         dtype == DType::kInt32 || dtype == DType::kInt64;
   if (!supported || numel <= 0 || inputs.empty()) return supported;
   switch (dtype) {
-    case core::DType::kFloat32: RingSum<float>(inputs, numel, out); return true;
-    case core::DType::kFloat64: RingSum<double>(inputs, numel, out); return true;
-    case core::DType::kInt32: RingSum<int32_t>(inputs, numel, out); return true;
-    case core::DType::kInt64: RingSum<int64_t>(inputs, numel, out); return true;
+    case DType::kFloat32: RingSum<float>(inputs, numel, out); return true;
+    case DType::kFloat64: RingSum<double>(inputs, numel, out); return true;
+    case DType::kInt32: RingSum<int32_t>(inputs, numel, out); return true;
+    case DType::kInt64: RingSum<int64_t>(inputs, numel, out); return true;
     default: return false;
   }
 }
 
-}  // namespace ddpcheck::sim
+}  // namespace ddpcheck::core

@@ -21,13 +21,13 @@
 
 #include "core/tensor.h"
 
-namespace ddpcheck::sim {
+namespace ddpcheck::core {
 
 // K above: the number of elements in each rank's chunk. world >= 1, element_size in {1, 2, 4, 8}.
 int64_t GlooRingChunkElements(int64_t numel, int64_t element_size, int world);
 
 // out[i] = sum over ranks of inputs[r][i] in Gloo's ring order. inputs: W pointers to `numel` elements of
 // `dtype` (float32, float64, int32 or int64); out may be one of the inputs. Returns false for other dtypes.
-bool GlooRingSum(const std::vector<const void*>& inputs, int64_t numel, core::DType dtype, void* out);
+bool GlooRingSum(const std::vector<const void*>& inputs, int64_t numel, DType dtype, void* out);
 
-}  // namespace ddpcheck::sim
+}  // namespace ddpcheck::core
