@@ -105,7 +105,15 @@ TEST(ReferenceRing, HoldsOverGlooWhereItCapsItsSegmentsAtOneMiB) {
   ASSERT_EQ(s.data.x.shape.size(), 2u);
   ASSERT_EQ(s.data.y.shape.size(), 2u);
   const int64_t in = s.data.x.shape[1], out = s.data.y.shape[1];
-  s.model = {{"linear", in, 2000, true}, {"relu"}, {"linear", 2000, 1500, true}, {"relu"}, {"linear", 1500, out, true}};
+  auto layer = [](const char* type, int64_t in_features = 0, int64_t out_features = 0) {
+    core::LayerSpec l;
+    l.type = type;
+    l.in_features = in_features;
+    l.out_features = out_features;
+    return l;
+  };
+  s.model = {layer("linear", in, 2000), layer("relu"), layer("linear", 2000, 1500), layer("relu"),
+             layer("linear", 1500, out)};
   s.steps = 3;
   s.world = 4;
   ExpectBitwise(s, "a 12 MB layer in a bucket of more than 8 MiB, over Gloo, W = 4", "gloo");
