@@ -220,9 +220,36 @@ ParamTable ParamsOf(const nlohmann::json& ix) {
   return out;
 }
 
+// The optimizer's type as the index names it (torch's class name lower-cased; "" when not recorded).
+std::string OptimizerTypeOf(const nlohmann::json& ix) {
+  if (ix.contains("optimizer_type") && ix.at("optimizer_type").is_string()) return ix.at("optimizer_type").get<std::string>();
+  if (ix.contains("optimizer") && ix.at("optimizer").is_object() && ix.at("optimizer").contains("type") &&
+      ix.at("optimizer").at("type").is_string()) {
+    return ix.at("optimizer").at("type").get<std::string>();
+  }
+  return "";
+}
+
+// Whether optimizer `type`'s state `state` holds one value per element of its parameter in the update ddpcheck
+// reproduces (core/optimizer.h reads it element by element): a file of another shape there was edited or comes from
+// another recording. Any other optimizer's state, or another state of these, may have any shape (NAdam's
+// mu_product, ASGD's eta and mu: 0-d; LBFGS's H_diag and its flat direction d, kept for the first parameter only):
+// it is compared between ranks, bitwise, and nothing reads it element by element.
+bool PerElementState(const std::string& type, const std::string& state) {
+  static const std::map<std::string, std::set<std::string>> kStates = {
+      {"sgd", {"momentum_buffer"}},
+      {"adam", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"adamw", {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+      {"rmsprop", {"square_avg", "momentum_buffer", "grad_avg"}},
+      {"adagrad", {"sum"}},
+      {"adadelta", {"square_avg", "acc_delta"}}};
+  const auto it = kStates.find(type);
+  return it != kStates.end() && it->second.count(state) > 0;
+}
+
 // Loads a group of tensor files (name -> file). With `params`, a file holding a parameter's tensor (its value, grad
-// or optimizer state) must have the parameter's shape, and with same_dtype its dtype too: `where` is the group's
-// JSON pointer in the index, for the error.
+// or per-element optimizer state) must have the parameter's shape, and with same_dtype its dtype too: `where` is the
+// group's JSON pointer in the index, for the error.
 Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohmann::json& files, int64_t step,
                  Checkpoint c, const std::string& prefix, Trace* trace, const ParamTable* params = nullptr,
                  bool same_dtype = false, const std::string& where = "") {
@@ -570,6 +597,7 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
     }
     DumpTensorFiles tensors(r->dir);
     const ParamTable params = ParamsOf(ix);
+    const std::string optimizer_type = OptimizerTypeOf(ix);
     DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, ix.at("init"), 0, Checkpoint::kInit, "", trace, &params, true, "/init"));
     const auto& steps = ix.at("steps");
     r->steps = static_cast<int64_t>(steps.size());
@@ -611,7 +639,8 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
       for (const auto& [state, files] : optimizer_state.items()) {
         DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, files, s, Checkpoint::kParams, "opt." + state + ".", trace,
-                                           &params, false, JsonPath(JsonPath(at, "optimizer_state"), state)));
+                                           PerElementState(optimizer_type, state) ? &params : nullptr, false,
+                                           JsonPath(JsonPath(at, "optimizer_state"), state)));
       }
     }
   } catch (const nlohmann::json::exception& e) {

@@ -195,7 +195,8 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       ProtocolGroup pg;
       Status st = OptimizerSpecFromGroup(out->optimizer_type, g, &pg.spec);
       if (!st.ok()) {
-        out->optimizer_note = "optimizer update not checked: " + st.message();
+        out->optimizer_note = "optimizer update not checked: " + st.message() +
+                              " (its parameters and state, of any shape, are compared between ranks bitwise)";
         out->groups.clear();
         break;
       }

@@ -26,13 +26,17 @@ std::vector<T> As(const Tensor* t) {
   return t ? std::vector<T>(t->data.begin(), t->data.end()) : std::vector<T>{};
 }
 
+// The state of parameter `name` (of n elements) before the step. A state tensor of another size than the parameter
+// is left out (the update then starts it afresh, and the parameters it gives show the difference): the reader
+// checks the steps' per-element state against the parameter's shape, not the state the recorder started from.
 template <typename T>
-ParamState<T> StateOf(const ProtocolStep* prev, const std::string& name) {
+ParamState<T> StateOf(const ProtocolStep* prev, const std::string& name, size_t n) {
   ParamState<T> st;
   if (!prev) return st;
   auto get = [&](const char* key) -> const Tensor* {
     auto it = prev->opt_state.find(key);
-    return it == prev->opt_state.end() ? nullptr : Get(it->second, name);
+    const Tensor* t = it == prev->opt_state.end() ? nullptr : Get(it->second, name);
+    return t && t->data.size() == n ? t : nullptr;
   };
   st.momentum_buffer = As<T>(get("momentum_buffer"));
   st.exp_avg = As<T>(get("exp_avg"));
@@ -61,7 +65,7 @@ SteppedParam Stepped(const OptimizerSpec& spec, double lr, const Tensor& before,
   SteppedParam out;
   if (grad && grad->data.size() == p.size()) {
     std::vector<T> g(grad->data.begin(), grad->data.end());
-    ParamState<T> st = StateOf<T>(prev, name);
+    ParamState<T> st = StateOf<T>(prev, name, p.size());
     OptimizerStep<T>(spec, lr, p.data(), g.data(), static_cast<int64_t>(p.size()), &st);
     const std::pair<const char*, const std::vector<T>*> kept[] = {
         {"momentum_buffer", &st.momentum_buffer}, {"exp_avg", &st.exp_avg}, {"exp_avg_sq", &st.exp_avg_sq},

@@ -648,5 +648,42 @@ TEST(BadRecordedInput, NanInATraceIsAFindingEvenAgainstItself) {
   ExpectNamed(testing::RunCli("diff -q '" + trace + "' '" + trace + "'"), 1, {"non-finite value in", "(params) at step"});
 }
 
+// An optimizer's state of another shape than its parameter (NAdam's 0-d mu_product, ASGD's eta and mu, LBFGS's
+// H_diag; QA round 11 P3: such runs were refused as "a file edited") is read and compared between ranks bitwise:
+// equal passes, different on one rank is a finding naming it. A state ddpcheck's update reads element by element
+// (SGD's momentum_buffer) of another shape is still refused, naming the file and the JSON pointer.
+TEST(BadRecordedInput, OptimizerStateOfAnyShapeIsReadAndComparedBetweenRanks) {
+  TempDir dir;
+  const auto write = [&](const std::string& type, const std::string& state, double rank1_value) {
+    std::filesystem::remove_all(dir.File("d"));
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+    for (json* ix : {&ix0, &ix1}) {
+      ix->erase("sampler");
+      (*ix)["optimizer_type"] = type;
+      if (type != "sgd") {
+        (*ix)["optimizer"] = nullptr;
+        (*ix)["replay"] = {{"possible", false}, {"reasons", json::array({"unsupported optimizer " + type})}};
+      }
+      (*ix)["steps"][0]["optimizer_state"] = {{state, {{"0.weight", "s0.opt.w.npy"}}}};
+    }
+    Save(dir.File("d/rank0/s0.opt.w.npy"), F64({}, {0.875}));
+    Save(dir.File("d/rank1/s0.opt.w.npy"), F64({}, {rank1_value}));
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix0.dump());
+    testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
+    return testing::RunCli("torch-compare -q '" + dir.File("d") + "'");
+  };
+  for (const auto& [type, state] : {std::pair{"nadam", "mu_product"}, std::pair{"asgd", "eta"},
+                                    std::pair{"lbfgs", "H_diag"}}) {
+    SCOPED_TRACE(type);
+    testing::CliResult o = write(type, state, 0.875);
+    EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+    o = write(type, state, 0.75);
+    EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+    EXPECT_NE(o.out.find(std::string("opt.") + state + ".0.weight"), std::string::npos) << o.out;
+  }
+  ExpectNamed(write("sgd", "momentum_buffer", 0.875), 2,
+              {"/steps/0/optimizer_state/momentum_buffer/0.weight", "a file edited"});
+}
+
 }  // namespace
 }  // namespace ddpcheck
