@@ -51,8 +51,23 @@ std::map<std::string, std::vector<std::string>> TableRows(const std::string& out
   return rows;
 }
 
-TEST(TerminalSummary, PassShowsNoRatioAboveOneNoUlpsAndNoDerivation) {
+TEST(TerminalSummary, ABitwisePassShowsEveryCheckpointEqual) {
+  // The default scenario's CPU world is bitwise equal to its reference (harness/check.cc).
   const auto r = RunCli("run --progress never");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto rows = TableRows(r.out);
+  ASSERT_GE(rows.size(), 8u) << r.out;
+  for (const auto& [name, cells] : rows) {
+    ASSERT_EQ(cells.size(), 7u) << name << " in\n" << r.out;
+    EXPECT_EQ(cells[3], "exact") << name << "\n" << r.out;
+    EXPECT_EQ(cells[4], "equal") << name << "\n" << r.out;
+  }
+  EXPECT_NE(r.out.find("tolerance: bitwise"), std::string::npos) << r.out;
+}
+
+TEST(TerminalSummary, PassShowsNoRatioAboveOneNoUlpsAndNoDerivation) {
+  // SyncBatchNorm's gathered statistics: within bounds, not bitwise.
+  const auto r = RunCli("run " + std::string(DDPCHECK_SOURCE_DIR) + "/scenarios/syncbn_mlp.json --progress never");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.find("ulp"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("gamma_"), std::string::npos) << "the derivation belongs in the reports:\n" << r.out;
@@ -167,7 +182,7 @@ TEST(HtmlReport, DefaultScenarioIsUnder150KbWithPerRankSeries) {
   for (const auto& c : j["rank_error"]["reduced"]) ranks.insert(c["rank"].get<int>());
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(j["checkpoints"]["sampler"]["check"], "exact");
-  EXPECT_EQ(j["checkpoints"]["reduced"]["check"], "budget");
+  EXPECT_EQ(j["checkpoints"]["reduced"]["check"], "exact");  // judged bitwise: every value compared for equality
   // The CPU world is bitwise equal to the reference here: the reduced-gradient chart is a note saying so, and the
   // loss of every rank is drawn beside the reference's.
   const size_t chart = page.find("id=\"plot-error-reduced\"");
