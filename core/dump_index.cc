@@ -199,6 +199,7 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
                                    {"after_gap", Is::kBool},
                                    {"edited_before_step", Is::kStringArray},
                                    {"edited_after_step", Is::kStringArray},
+                                   {"lr_edited", Is::kBool},
                                    {"ref_note", Is::kString},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},

@@ -57,6 +57,9 @@ struct ProtocolStep {
   int64_t ref_rows = 0, microbatches = 0;
   std::optional<double> loss, ref_loss;  // the loss passed to rec.step and the float64 loss of the last micro-batch
   std::vector<double> lrs;  // each group's lr at the optimizer step
+  // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
+  // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.
+  bool lr_edited = false;
   std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
   int64_t optimizer_steps = 1, scheduler_steps = 0;
   int64_t ddp_forwards = -1;  // forwards through the DDP wrapper in the step (-1: not recorded)

@@ -7,6 +7,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/dump_protocol.h"
 #include "core/dump_protocol_util.h"
@@ -79,6 +80,30 @@ SteppedParam Stepped(const OptimizerSpec& spec, double lr, const Tensor& before,
   return out;
 }
 
+// The first step of `rank` whose lr the loop set outside the schedulers given to the recorder (by hand: a warmup
+// written in the loop, adjust_learning_rate(); or a scheduler the recorder was not given), and what it says: the
+// recorder marks such a step (lr_edited). A recording of an older recorder does not; it shows the loop setting lrs
+// where a group's lr changed with no scheduler step since the step before, and then the lr may have been set by hand
+// from the first step on (a warmup's first lr shows no change): step 0. nullopt where the lr follows the schedulers.
+std::optional<std::pair<size_t, std::string>> FirstLrSetOutsideSchedulers(const ProtocolRank& rank) {
+  std::optional<std::pair<size_t, std::string>> marked, changed;
+  for (size_t s = 0; s < rank.steps.size(); ++s) {
+    const ProtocolStep& st = rank.steps[s];
+    if (st.lr_edited && !marked) {
+      marked = std::pair{s, fmt::format("the recorder saw step {}'s optimizer.step() run with an lr no given "
+                                        "scheduler set ({})", st.step, fmt::join(st.lrs, ", "))};
+    }
+    if (s > 0 && !changed && st.lrs != rank.steps[s - 1].lrs &&
+        st.scheduler_steps_before == rank.steps[s - 1].scheduler_steps_before) {
+      changed = std::pair{s, fmt::format("the lr changed from {} to {} at step {} with no scheduler step between",
+                                         fmt::join(rank.steps[s - 1].lrs, ", "), fmt::join(st.lrs, ", "), st.step)};
+    }
+  }
+  if (marked) return changed && changed->first < marked->first ? changed : marked;
+  if (changed) return std::pair{size_t{0}, changed->second + " (a recording that marks no such step: from step 0)"};
+  return std::nullopt;
+}
+
 void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   const size_t steps = r.ranks.empty() ? 0 : r.ranks[0].steps.size();
   for (size_t s = 0; s < steps; ++s) {
@@ -118,6 +143,17 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
     return;
   }
   const size_t n = r.schedulers.size();
+  // A loop that sets the lr itself beside the schedulers: from the first such step on the lr follows no schedule
+  // ddpcheck knows; it stays compared between ranks above, and the optimizer update is checked with it.
+  const auto by_hand = FirstLrSetOutsideSchedulers(r.ranks[0]);
+  if (by_hand) {
+    out->skipped.push_back(fmt::format(
+        "lr against ddpcheck's schedulers from step {} on: the loop set the lr outside the schedulers given to the "
+        "recorder ({}; by hand, as a warmup or adjust_learning_rate() does, or by a scheduler not given); the lr is "
+        "checked as recorded (the same on every rank, and the optimizer update uses it)",
+        by_hand->first < r.ranks[0].steps.size() ? r.ranks[0].steps[by_hand->first].step : 0, by_hand->second));
+    if (by_hand->first == 0) return;
+  }
   for (size_t gi = 0; gi < r.groups.size(); ++gi) {
     const double base = r.groups[gi].initial_lr;
     if (base < 0 || !ValidateSchedulerSpecs(r.schedulers)) return;
@@ -127,7 +163,8 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
     constexpr int64_t kMaxReplayedSteps = int64_t{1} << 24;
     LrSchedule sched(base, r.schedulers);
     int64_t stepped = 0;
-    for (const auto& st : r.ranks[0].steps) {
+    for (size_t k = 0; k < r.ranks[0].steps.size() && !(by_hand && k >= by_hand->first); ++k) {
+      const ProtocolStep& st = r.ranks[0].steps[k];
       if (st.scheduler_steps_before % static_cast<int64_t>(n) != 0 || gi >= st.lrs.size()) continue;
       const int64_t target = st.scheduler_steps_before / static_cast<int64_t>(n);
       if (target > kMaxReplayedSteps) {
@@ -155,7 +192,9 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
       break;
     }
   }
-  out->checked.push_back("lr against ddpcheck's schedulers after the recorded number of scheduler steps");
+  out->checked.push_back(by_hand ? fmt::format("lr against ddpcheck's schedulers after the recorded number of scheduler "
+                                               "steps, up to step {}", r.ranks[0].steps[by_hand->first].step)
+                                 : "lr against ddpcheck's schedulers after the recorded number of scheduler steps");
 }
 
 }  // namespace

@@ -406,10 +406,8 @@ TEST(CheckProtocol, SamplerEpochsThatDifferBetweenRanksAreSamplerSeedPerRank) {
   }
 }
 
-// The lr against ddpcheck's schedulers: one schedule advanced as the recorded scheduler-step counts grow, so a
-// count of 2^30 before each of many steps (a hostile index: a replay from 0 at every step took 21 s a step) is
-// said to be past what is replayed instead of being replayed; a count within it is still checked (a wrong lr fails).
-TEST(CheckProtocol, SchedulerCountsAreReplayedOnceAndHugeOnesAreNotReplayed) {
+// Records({1, 1}) with one scheduler ddpcheck knows, StepLR(step_size=1, gamma=0.5), from a base lr of 0.1.
+ProtocolRecords HalvingLr() {
   ProtocolRecords r = Records({1.0, 1.0});
   SchedulerSpec sp;
   sp.type = "step";
@@ -417,6 +415,14 @@ TEST(CheckProtocol, SchedulerCountsAreReplayedOnceAndHugeOnesAreNotReplayed) {
   sp.gamma = 0.5;
   r.schedulers = {sp};
   r.groups[0].initial_lr = 0.1;
+  return r;
+}
+
+// The lr against ddpcheck's schedulers: one schedule advanced as the recorded scheduler-step counts grow, so a
+// count of 2^30 before each of many steps (a hostile index: a replay from 0 at every step took 21 s a step) is
+// said to be past what is replayed instead of being replayed; a count within it is still checked (a wrong lr fails).
+TEST(CheckProtocol, SchedulerCountsAreReplayedOnceAndHugeOnesAreNotReplayed) {
+  ProtocolRecords r = HalvingLr();
   for (auto& rank : r.ranks) {
     ProtocolStep st = rank.steps[0];
     rank.steps.clear();
@@ -440,6 +446,62 @@ TEST(CheckProtocol, SchedulerCountsAreReplayedOnceAndHugeOnesAreNotReplayed) {
   ASSERT_FALSE(checked.result.pass);
   EXPECT_EQ(checked.result.first->key.checkpoint, Checkpoint::kLr);
   EXPECT_EQ(checked.result.first->key.step, 60);
+}
+
+// A loop that sets the lr itself beside a scheduler ddpcheck knows (a warmup written in the loop, an
+// adjust_learning_rate(); QA round 11 P1): from the first step the recorder marks (lr_edited) the lr is held to no
+// schedule, and a recording that marks none but shows an lr change with no scheduler step between (an older
+// recorder) is held to none from step 0; the lr is still compared between ranks. Without such a step a wrong lr
+// still fails against the schedule.
+TEST(CheckProtocol, AnLrSetByHandIsNotHeldToTheSchedulersButStillComparedBetweenRanks) {
+  const ProtocolRecords r = HalvingLr();
+  // steps 0-1 warm up by hand (0.05, then 0.1), then StepLR halves: 0.05 after one scheduler step, 0.025 after two
+  const auto steps = [&](const std::vector<double>& lrs, const std::vector<int64_t>& scheduled) {
+    ProtocolRecords out = r;
+    for (auto& rank : out.ranks) {
+      ProtocolStep st = rank.steps[0];
+      rank.steps.clear();
+      for (size_t k = 0; k < lrs.size(); ++k) {
+        st.step = static_cast<int64_t>(k);
+        st.optimizer_steps = 0;  // (no update to check: the lr is what this test is about)
+        st.params["w"] = rank.init["w"];
+        st.lrs = {lrs[k]};
+        st.scheduler_steps_before = scheduled[k];
+        rank.steps.push_back(st);
+      }
+    }
+    return out;
+  };
+  ProtocolRecords warmup = steps({0.05, 0.1, 0.05, 0.025}, {0, 0, 1, 2});
+  const ProtocolResult unmarked = CheckProtocol(warmup);  // an older recorder: the change 0.05 -> 0.1 shows it
+  EXPECT_TRUE(unmarked.result.pass) << unmarked.result.first->message;
+  EXPECT_NE(unmarked.result.derivation.find("from step 0 on: the loop set the lr outside the schedulers"),
+            std::string::npos) << unmarked.result.derivation;
+  for (auto& rank : warmup.ranks) rank.steps[0].lr_edited = rank.steps[1].lr_edited = true;
+  const ProtocolResult marked = CheckProtocol(warmup);
+  EXPECT_TRUE(marked.result.pass) << marked.result.first->message;
+  // set by hand from step 2 on only: steps 0 and 1 are still held to the schedule
+  ProtocolRecords late = steps({0.1, 0.05, 0.07, 0.07}, {0, 1, 1, 1});
+  for (auto& rank : late.ranks) rank.steps[2].lr_edited = true;
+  EXPECT_TRUE(CheckProtocol(late).result.pass);
+  late.ranks[0].steps[1].lrs = late.ranks[1].steps[1].lrs = {0.06};
+  ProtocolResult res = CheckProtocol(late);
+  ASSERT_FALSE(res.result.pass);
+  EXPECT_EQ(res.result.first->key.step, 1);
+  EXPECT_EQ(res.result.first->against, "ddpcheck's schedulers");
+  // the ranks still agree or not
+  warmup.ranks[1].steps[2].lrs = {0.07};
+  res = CheckProtocol(warmup);
+  ASSERT_FALSE(res.result.pass);
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLr);
+  EXPECT_EQ(res.result.first->key.step, 2);
+  EXPECT_EQ(res.result.first->kind, "rank-divergent");
+  // no lr set by hand: a wrong lr fails against the schedule
+  ProtocolRecords plain = steps({0.1, 0.1, 0.05, 0.03}, {0, 0, 1, 2});
+  res = CheckProtocol(plain);
+  ASSERT_FALSE(res.result.pass);
+  EXPECT_EQ(res.result.first->key.step, 3);
+  EXPECT_EQ(res.result.first->against, "ddpcheck's schedulers");
 }
 
 }  // namespace

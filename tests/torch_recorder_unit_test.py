@@ -658,6 +658,34 @@ class BucketTaps(_OneRankGroup):
         self.assertTrue(any(r.startswith("the lr changed without a scheduler") for r in ix["replay"]["reasons"]),
                         ix["replay"]["reasons"])
 
+    def test_an_lr_set_by_hand_beside_a_given_scheduler_is_marked_at_its_steps(self):
+        """A warmup written in the loop (QA round 11 P1): the steps whose optimizer.step() ran with an lr no given
+        scheduler set say lr_edited; the given scheduler's own steps do not, nor does a plain schedule."""
+        for warmup in (True, False):
+            torch.manual_seed(0)
+            ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+            sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5)
+            out = tempfile.mkdtemp()
+            rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, schedulers=[sched])
+            for s in range(5):
+                if warmup and s < 2:
+                    for g in opt.param_groups:
+                        g["lr"] = 0.1 * (s + 1) / 2
+                opt.zero_grad()
+                x, y = torch.randn(4, 8), torch.randn(4, 3)
+                nn.MSELoss()(ddp(x), y).backward()
+                opt.step()
+                rec.step(torch.arange(4) + 4 * s, x, y)
+                if s in (2, 3):
+                    sched.step()
+            rec.close()
+            ix = _index(out)
+            marked = [st["step"] for st in ix["steps"] if st.get("lr_edited")]
+            self.assertEqual(marked, [0, 1] if warmup else [], [st["lrs"] for st in ix["steps"]])
+            by_hand = any(r.startswith("the lr changed without a scheduler") for r in ix["replay"]["reasons"])
+            self.assertEqual(by_hand, warmup, ix["replay"]["reasons"])
+
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)
         ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))

@@ -938,7 +938,9 @@ class DdpRecorder:
         def count(step, *args, **kwargs):
             self._sched_steps += 1
             self._sched_total += 1
-            return step(*args, **kwargs)
+            out = step(*args, **kwargs)
+            self.step_tap.scheduled()  # (made after the schedulers are tapped, before any step of theirs)
+            return out
         self._unwraps.append(_tap(sch, "step", count))
 
     # -- capture -------------------------------------------------------------------------------------------
@@ -1191,7 +1193,7 @@ class DdpRecorder:
                 if why and why not in self.no_replay:
                     self.no_replay.append(why)
         p = "s%d" % s
-        opt_steps, lrs, step_grads, sched_before, hyper = self.step_tap.take()
+        opt_steps, lrs, step_grads, sched_before, hyper, lr_edit = self.step_tap.take()
         # Parameters (or their optimizer state) changed outside optimizer.step(): before it (since the last
         # rec.step(): a checkpoint loaded on every rank, a rollback) or after it (weights clipped, p.data edited).
         # Their update at this step is not the optimizer's: the protocol check skips it, and the replay, which
@@ -1234,12 +1236,16 @@ class DdpRecorder:
             rec["join"] = True
             rec["join_round"] = len(self._join_rounds) - 1
         self._sched_steps = 0
-        prev = self.steps[-1] if self.steps else None
-        if prev is not None and rec["lrs"] != prev.get("lrs") and rec["scheduler_steps"] == 0:
-            # The lr changed with no scheduler the recorder knows stepping: one built after the recorder or not
-            # passed to it (or the loop setting param_group['lr'] itself). The replay would keep the lr constant.
-            why = ("the lr changed without a scheduler given to the recorder stepping (first before step %d: %s -> %s); "
-                   "pass every scheduler to DdpRecorder(schedulers=[...])" % (s, prev.get("lrs"), rec["lrs"]))
+        if lr_edit is not None:
+            # The optimizer stepped with an lr no scheduler given to the recorder set: the loop set it by hand (a
+            # warmup, adjust_learning_rate()) or a scheduler built after the recorder or not passed to it did. The
+            # protocol check then holds the lr from this step on to no schedule (still the same on every rank), and
+            # the replay, which follows the given schedulers, cannot stand for the run.
+            rec["lr_edited"] = True
+            why = ("the lr changed without a scheduler given to the recorder stepping (first at step %d: %s -> %s): "
+                   "set by hand (a warmup in the loop, adjust_learning_rate()) or by a scheduler not passed as "
+                   "DdpRecorder(schedulers=[...]); the replay follows the given schedulers only"
+                   % (s, lr_edit[0], lr_edit[1]))
             if not any(r.startswith("the lr changed without a scheduler") for r in self.no_replay):
                 self.no_replay.append(why)
         if hyper is not None:

@@ -262,7 +262,12 @@ class StepTap:
     rank, weights clipped after the step (WGAN), `p.data` edited. torch's version counter would miss the last:
     `p.data` has a counter of its own. The recorder takes one at each rec.step() (mark()); the tap one before
     and one after each optimizer.step(), so a change between rec.step() and the next optimizer.step() lands in
-    `edited_before`, one between optimizer.step() and rec.step() in what mark() returns."""
+    `edited_before`, one between optimizer.step() and rec.step() in what mark() returns.
+
+    It also notices an lr set outside the schedulers given to the recorder: the lrs it can explain are the groups'
+    at its start and after each of those schedulers' step() (scheduled()); an optimizer.step() that runs with
+    other lrs ran with lrs set by hand (a warmup written in the loop, adjust_learning_rate()) or by a scheduler
+    the recorder was not given. take() returns the first such change since the last take(): (before, after)."""
 
     def __init__(self, opt, scheduler_count=lambda: 0, buckets=None, fingerprint=None):
         self.opt = opt
@@ -275,6 +280,8 @@ class StepTap:
         self.fingerprint = fingerprint
         self.last = None  # the latest fingerprints (at mark() or after an optimizer.step())
         self.edited_before = set()  # ids of params changed before an optimizer.step() since the last take()
+        self.lrs_explained = self._lrs()  # the lrs the recorder's start or a given scheduler's step() set
+        self.lr_edit = None  # (lrs explained, lrs at the step) of the first lr set otherwise since the last take()
         original = opt.step
 
         def step(_self, *args, **kwargs):
@@ -282,7 +289,11 @@ class StepTap:
                 self.edited_before |= self._changed()
             self.calls += 1
             self.schedulers_before = scheduler_count()
-            self.lrs = [float(g["lr"]) for g in opt.param_groups]
+            self.lrs = self._lrs()
+            if self.lrs != self.lrs_explained:
+                if self.lr_edit is None:
+                    self.lr_edit = (self.lrs_explained, self.lrs)
+                self.lrs_explained = self.lrs
             self.hyper = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()
                            if k != "params" and isinstance(v, (int, float, bool, tuple))} for g in opt.param_groups]
             params = [p for g in opt.param_groups for p in g["params"]]
@@ -300,6 +311,13 @@ class StepTap:
 
     def _params(self):
         return [p for g in self.opt.param_groups for p in g["params"]]
+
+    def _lrs(self):
+        return [float(g["lr"]) for g in self.opt.param_groups]
+
+    def scheduled(self):
+        """After a step() of a scheduler given to the recorder: the lrs it set are explained."""
+        self.lrs_explained = self._lrs()
 
     def _take(self, params):
         """The fingerprints of params, or None: a failure of the recorder's own (a tensor it cannot read) turns
@@ -331,8 +349,9 @@ class StepTap:
         return changed
 
     def take(self):
-        out = (self.calls, self.lrs, self.grads, self.schedulers_before, self.hyper)
+        out = (self.calls, self.lrs, self.grads, self.schedulers_before, self.hyper, self.lr_edit)
         self.calls, self.grads, self.lrs, self.schedulers_before, self.hyper = 0, None, None, None, None
+        self.lr_edit = None
         return out
 
     def take_edited(self):
