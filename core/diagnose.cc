@@ -275,13 +275,38 @@ std::optional<Diagnosis> DiagnoseInitialState(const Trace& got, const Mismatch& 
     if (t && !BitwiseEqual(*mine, *t)) other = r;
   }
   if (other < 0) return std::nullopt;
-  const bool is_buffer = m.key.tensor.find("running") != std::string::npos ||
-                         m.key.tensor.find("num_batches") != std::string::npos;
-  if (is_buffer) {
+  // A buffer: one the trace's meta lists (a recorded run's), else by BatchNorm's names.
+  std::set<std::string> buffers;
+  if (got.meta.contains("buffers") && got.meta.at("buffers").is_array()) {
+    for (const auto& b : got.meta.at("buffers")) {
+      if (b.is_string()) buffers.insert(b.get<std::string>());
+    }
+  }
+  const auto is_buffer = [&](const std::string& name) {
+    return buffers.count(name) > 0 || name.find("running") != std::string::npos ||
+           name.find("num_batches") != std::string::npos;
+  };
+  // A parameter that differs too is the finding (a buffer may come first in the trace's order).
+  std::string param = is_buffer(m.key.tensor) ? "" : m.key.tensor;
+  for (const auto& [k, v] : got.records()) {
+    if (!param.empty()) break;
+    if (k.step != m.key.step || k.checkpoint != Checkpoint::kInit || k.rank < 0 || is_buffer(k.tensor)) continue;
+    const Tensor* base = got.Find({k.step, k.checkpoint, k.tensor, other});
+    if (k.rank == m.key.rank && base && !BitwiseEqual(*base, v)) param = k.tensor;
+  }
+  if (param.empty()) {
     return Make("buffer-outside-ddp", "rank-divergent",
                 fmt::format("rank {}'s {} differs from rank {}'s before the first step while the parameters agree: a "
-                            "buffer DDP does not own (a module outside the wrapper) was initialised differently there",
-                            m.key.rank, m.key.tensor, other));
+                            "buffer set on some ranks only after DDP's constructor broadcast (statistics loaded on one "
+                            "rank; with broadcast_buffers DDP would broadcast rank 0's at every forward) or of a "
+                            "module outside the DDP wrapper", m.key.rank, m.key.tensor, other));
+  }
+  if (param != m.key.tensor) {
+    return Make("no-initial-broadcast", "rank-divergent",
+                fmt::format("rank {}'s {} (and its parameter {}) differ from rank {}'s before the first step: the ranks "
+                            "start from different parameters (seeded differently and never broadcast, or changed on "
+                            "one rank after DDP's broadcast, e.g. a checkpoint loaded there only)", m.key.rank,
+                            m.key.tensor, param, other));
   }
   return Make("no-initial-broadcast", "rank-divergent",
               fmt::format("rank {}'s {} differs from rank {}'s before the first step: the ranks start from different "

@@ -649,6 +649,41 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
   return Status::Ok();
 }
 
+// With broadcast_buffers DDP broadcasts rank 0's buffers at the start of every training forward: a buffer that
+// differs between ranks when the recorder starts (statistics set or loaded on rank 0 only after DDP(...)) is rank
+// 0's on every rank by the first forward, so the run is the one whose ranks all started from rank 0's. Where step
+// 0's forward buffers show it (every rank's bitwise rank 0's), rank r's init value of such a buffer is taken as
+// rank 0's (what its first forward started from); the names are returned for the report. A buffer that still
+// differs at step 0's forward (broadcast_buffers off, or no forward buffers recorded) stays a finding.
+std::vector<std::string> TakeRebroadcastInitBuffers(TorchDump* d) {
+  std::vector<std::string> taken;
+  for (const auto& r : d->ranks) {
+    const nlohmann::json& ddp = r.index.at("ddp");
+    if (!ddp.is_object() || !ddp.value("broadcast_buffers", false)) return taken;
+  }
+  for (const auto& b : d->ranks[0].index.value("buffers", nlohmann::json::array())) {
+    if (!b.is_object() || !b.contains("name") || !b.at("name").is_string()) continue;
+    const std::string name = b.at("name").get<std::string>();
+    const Tensor* init0 = d->trace.Find({0, Checkpoint::kInit, name, 0});
+    const Tensor* fwd0 = d->trace.Find({0, Checkpoint::kForwardBuffers, name, 0});
+    if (!init0 || !fwd0) continue;
+    bool differs = false, agree = true;
+    for (const auto& r : d->ranks) {
+      const Tensor* init = d->trace.Find({0, Checkpoint::kInit, name, r.rank});
+      const Tensor* fwd = d->trace.Find({0, Checkpoint::kForwardBuffers, name, r.rank});
+      differs = differs || (init && !BitwiseEqual(*init, *init0));
+      agree = agree && fwd && BitwiseEqual(*fwd, *fwd0);
+    }
+    if (!differs || !agree) continue;
+    const Tensor rank0 = *init0;  // (Add may replace what init0 points to)
+    for (const auto& r : d->ranks) {
+      if (r.rank != 0) d->trace.Add({0, Checkpoint::kInit, name, r.rank}, rank0);
+    }
+    taken.push_back(name);
+  }
+  return taken;
+}
+
 // A NaN or inf in what torch recorded is a finding (exit 1, "non-finite value in ..."), replayed or not, except the
 // gradients of a GradScaler step (AMP skips those) and the module's buffers (a causal attention mask registered as
 // a buffer holds -inf by design).
@@ -837,6 +872,14 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
                                          r.dir, r.rank, r.steps, longest.rank, longest.steps));
     }
   }
+  out->init_buffers_rebroadcast = TakeRebroadcastInitBuffers(out);
+  // The buffers the dump records (their initial values differing between ranks while the parameters agree is
+  // buffer-outside-ddp, not no-initial-broadcast: core::DiagnoseInitialState).
+  nlohmann::json buffer_names = nlohmann::json::array();
+  for (const auto& b : out->ranks[0].index.value("buffers", nlohmann::json::array())) {
+    if (b.is_object() && b.contains("name") && b.at("name").is_string()) buffer_names.push_back(b.at("name"));
+  }
+  out->trace.meta["buffers"] = buffer_names;
   // A dump the recorder marked protocol-only (a model, loss, optimizer or scheduler it cannot describe, no
   // sampler): no scenario; core/dump_protocol.h checks it.
   // A forward under torch.autocast without a GradScaler (CPU autocast: bfloat16) is replayed with autocast's

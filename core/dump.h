@@ -41,6 +41,9 @@ struct TorchDump {
   // the ranks that recorded each step.
   bool uneven_join = false;
   int64_t join_steps_dropped = 0;
+  // Buffers that differed between ranks at the recorder's start but were every rank's rank 0's at step 0's forward
+  // (broadcast_buffers: DDP broadcast them before any forward used them); their init is read as rank 0's.
+  std::vector<std::string> init_buffers_rebroadcast;
 };
 
 // Reads and validates DIR. Errors (exit 2) name the file: a missing rank ("DIR/rank1/index.json: not found:

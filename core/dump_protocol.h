@@ -116,6 +116,7 @@ struct ProtocolRecords {
   int64_t steps_per_epoch = 0;  // from the sampler and batch size; 0 when unknown
   std::string buckets_note, reference_note;
   std::string comm_hook;  // the user's DDP communication hook, by name ("" for DDP's own all-reduce)
+  std::vector<std::string> init_buffers_rebroadcast;  // TorchDump's: said in the report
   // ddpcheck replays the dump (TorchDump::replay_unsupported is empty): a step whose recorder skipped the float64
   // reference with reference='auto' (ProtocolStep::ref_note starts with kAutoReferenceNote) has the replay as its
   // single-process reference.

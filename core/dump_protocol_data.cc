@@ -484,6 +484,17 @@ void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding
 }  // namespace
 
 void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (!r.init_buffers_rebroadcast.empty()) {
+    std::string names;
+    for (size_t i = 0; i < r.init_buffers_rebroadcast.size() && i < 3; ++i) {
+      names += (i ? ", " : "") + r.init_buffers_rebroadcast[i];
+    }
+    if (r.init_buffers_rebroadcast.size() > 3) names += fmt::format(" and {} more", r.init_buffers_rebroadcast.size() - 3);
+    out->checked.push_back(fmt::format(
+        "buffers that differed between ranks at the recorder's start ({}) against step 0's forward: every rank's "
+        "were rank 0's there (broadcast_buffers: DDP broadcast them before any forward used them, so no rank "
+        "computed with its own)", names));
+  }
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);

@@ -173,6 +173,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
   const std::string where = dump.dir + "/rank0/index.json";
   try {
     out->world = dump.world;
+    out->init_buffers_rebroadcast = dump.init_buffers_rebroadcast;
     ParseDType(ix.value("dtype", std::string("float32")), &out->dtype);
     for (const auto& p : ix.at("params")) {
       ProtocolParam pp;

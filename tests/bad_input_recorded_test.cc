@@ -685,5 +685,44 @@ TEST(BadRecordedInput, OptimizerStateOfAnyShapeIsReadAndComparedBetweenRanks) {
               {"/steps/0/optimizer_state/momentum_buffer/0.weight", "a file edited"});
 }
 
+// A buffer set on rank 0 only after DDP's constructor (statistics loaded there; QA round 11 P5): with
+// broadcast_buffers DDP broadcasts rank 0's before the first forward, so where every rank's step-0 forward buffers
+// are rank 0's the run passes (the report says so). Without broadcast_buffers the forward buffers differ too
+// (no-buffer-broadcast, the dump's own evidence); with no forward buffers recorded the initial difference is
+// buffer-outside-ddp (the parameters agree), never no-initial-broadcast.
+TEST(BadRecordedInput, ABufferThatDiffersOnlyBeforeDdpsFirstBroadcastIsNotAFinding) {
+  TempDir dir;
+  for (const std::string how : {"broadcast", "no broadcast", "no forward buffers"}) {
+    SCOPED_TRACE(how);
+    std::filesystem::remove_all(dir.File("d"));
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+    for (json* ix : {&ix0, &ix1}) {
+      ix->erase("sampler");
+      (*ix)["model"] = nullptr;
+      (*ix)["replay"] = {{"possible", false}, {"reasons", json::array({"a model ddpcheck cannot replay"})}};
+      (*ix)["ddp"]["broadcast_buffers"] = how == "broadcast";
+      (*ix)["buffers"] = json::array({json::object({{"name", "norm.count"}})});
+      (*ix)["init"]["norm.count"] = "init.count.npy";
+      if (how != "no forward buffers") (*ix)["steps"][0]["forward_buffers"] = {{"norm.count", "s0.fwd.count.npy"}};
+      (*ix)["steps"][0]["buffers"] = {{"norm.count", "s0.fwd.count.npy"}};
+    }
+    Save(dir.File("d/rank0/init.count.npy"), F64({1}, {100}));
+    Save(dir.File("d/rank1/init.count.npy"), F64({1}, {1e-4}));
+    Save(dir.File("d/rank0/s0.fwd.count.npy"), F64({1}, {100}));
+    Save(dir.File("d/rank1/s0.fwd.count.npy"), F64({1}, {how == "broadcast" ? 100 : 1e-4}));
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix0.dump());
+    testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
+    const testing::CliResult o = testing::RunCli("torch-compare '" + dir.File("d") + "'");
+    if (how == "broadcast") {
+      EXPECT_EQ(o.exit_code, 0) << o.out << o.err;
+      EXPECT_NE(o.out.find("every rank's were rank 0's there"), std::string::npos) << o.out;
+      continue;
+    }
+    EXPECT_EQ(o.exit_code, 1) << o.out << o.err;
+    EXPECT_NE(o.out.find(how == "no broadcast" ? "matches 'no-buffer-broadcast'" : "matches 'buffer-outside-ddp'"),
+              std::string::npos) << o.out;
+  }
+}
+
 }  // namespace
 }  // namespace ddpcheck
