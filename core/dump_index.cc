@@ -277,6 +277,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"torch_version", Is::kString},
                                    {"init_optimizer_state", Is::kObject},
                                    {"join", Is::kBool},
+                                   {"mode_dependent", Is::kStringMap},
                                    {"init_optimizer_step_counts", Is::kNumberMap}}));
   // The header's sizes, on every rank's index alike (rank r > 0's was read but not checked: a sampler length of
   // 2^40 there allocated that many indices)

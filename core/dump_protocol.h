@@ -117,6 +117,10 @@ struct ProtocolRecords {
   std::string buckets_note, reference_note;
   std::string comm_hook;  // the user's DDP communication hook, by name ("" for DDP's own all-reduce)
   std::vector<std::string> init_buffers_rebroadcast;  // TorchDump's: said in the report
+  // The submodules whose forward depends on train/eval mode, and why (BatchNorm with running statistics, Dropout
+  // with p > 0, a class whose code reads self.training): only their modes must agree between ranks. nullopt when the
+  // recorder did not say (an older one): every submodule's mode must agree.
+  std::optional<std::map<std::string, std::string>> mode_dependent;
   // ddpcheck replays the dump (TorchDump::replay_unsupported is empty): a step whose recorder skipped the float64
   // reference with reference='auto' (ProtocolStep::ref_note starts with kAutoReferenceNote) has the replay as its
   // single-process reference.

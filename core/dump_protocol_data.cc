@@ -201,6 +201,9 @@ void CheckParamOrder(const ProtocolRecords& r, ProtocolResult* out, std::vector<
 // autocast context, a per-rank config), or runs a BatchNorm or Dropout in eval mode while the others train it
 // (model.train() forgotten after that rank's validation), computes a gradient no other rank's matches, so DDP
 // averages gradients no single process computes. Named at the first step where a rank differs from most ranks.
+// Only the modes of submodules whose forward depends on it count (the recorder's mode_dependent: an
+// InstanceNorm without running statistics, a convolution or a container computes the same in eval mode); a
+// recording that does not say which do has every submodule's mode compared.
 void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (r.ranks.size() < 2) return;
   enum Kind { kAutocast, kEvalModules, kTrainable, kTrainForwards };
@@ -214,6 +217,22 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   const auto list = [](const std::vector<std::string>& v) {
     return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ", "));
   };
+  // The submodules in eval mode whose mode matters (every one where the recording does not say which do).
+  const auto mattering = [&](const std::vector<std::string>& eval) {
+    if (!r.mode_dependent) return eval;
+    std::vector<std::string> kept;
+    for (const auto& n : eval) {
+      if (r.mode_dependent->count(n)) kept.push_back(n);
+    }
+    return kept;
+  };
+  const auto named = [&](const std::vector<std::string>& eval) {
+    if (eval.empty() || !r.mode_dependent) return list(eval);
+    std::vector<std::string> out;
+    for (const auto& n : eval) out.push_back(fmt::format("{} ({})", n, r.mode_dependent->at(n)));
+    return list(out);
+  };
+  std::string mode_free_note;  // ranks' modes that differ only in submodules that ignore the mode: said once
   const auto has = [](const ProtocolStep& st, int kind) {
     switch (kind) {
       case kAutocast: return st.autocast_known;
@@ -222,10 +241,10 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
       default: return st.train_forwards >= 0;
     }
   };
-  const auto equal = [](const ProtocolStep& a, const ProtocolStep& b, int kind) {
+  const auto equal = [&](const ProtocolStep& a, const ProtocolStep& b, int kind) {
     switch (kind) {
       case kAutocast: return a.autocast == b.autocast;
-      case kEvalModules: return *a.eval_modules == *b.eval_modules;
+      case kEvalModules: return mattering(*a.eval_modules) == mattering(*b.eval_modules);
       case kTrainable: return *a.trainable == *b.trainable;
       default: return a.train_forwards == b.train_forwards;
     }
@@ -244,7 +263,20 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         // No majority (one rank against one at W=2): the rank that trains with fewer submodules in eval mode is
         // the one doing what a training step does; the other is named.
         for (size_t i = 0; i < at.size(); ++i) {
-          if (at[i]->steps[s].eval_modules->size() < at[base]->steps[s].eval_modules->size()) base = i;
+          if (mattering(*at[i]->steps[s].eval_modules).size() < mattering(*at[base]->steps[s].eval_modules).size()) {
+            base = i;
+          }
+        }
+      }
+      if (kind == kEvalModules && mode_free_note.empty()) {
+        for (size_t i = 0; i < at.size() && mode_free_note.empty(); ++i) {
+          const ProtocolStep &st = at[i]->steps[s], &bs = at[base]->steps[s];
+          if (same(i, base) && *st.eval_modules != *bs.eval_modules) {
+            mode_free_note = fmt::format(
+                "train/eval modes of submodules whose forward ignores the mode differ between ranks (first at step "
+                "{}: rank {}'s in eval mode: {}; rank {}'s: {}): they compute the same in either mode, not a "
+                "finding", st.step, at[i]->rank, list(*st.eval_modules), at[base]->rank, list(*bs.eval_modules));
+          }
         }
       }
       for (size_t i = 0; i < at.size(); ++i) {
@@ -264,13 +296,21 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
                             "averages gradients no single process computes (the autocast context is entered on "
                             "some ranks only)", odd.rank);
         } else if (kind == kEvalModules) {
-          m.message = fmt::format("rank {} ran its step-{} training forward with submodules in eval mode: {}; rank "
-                                  "{}: {}", odd.rank, st.step, list(*st.eval_modules), at[base]->rank,
-                                  list(*bs.eval_modules));
-          why = fmt::format(": rank {}'s BatchNorm or Dropout layers run in another mode than the other ranks' "
-                            "(model.train() or model.eval() called on some ranks only, e.g. after a validation "
-                            "that only one rank runs), so DDP averages gradients no single process computes",
-                            odd.rank);
+          const auto mine = mattering(*st.eval_modules), theirs = mattering(*bs.eval_modules);
+          m.message = fmt::format("rank {} ran its step-{} training forward with {} in eval mode: {}; rank {}: {}",
+                                  odd.rank, st.step,
+                                  r.mode_dependent ? "layers whose forward depends on train/eval mode" : "submodules",
+                                  named(mine), at[base]->rank, named(theirs));
+          why = r.mode_dependent
+                    ? fmt::format(": these layers compute another function in eval mode than in training, so rank "
+                                  "{}'s gradient is not one the other ranks' mode computes and DDP averages gradients "
+                                  "no single process computes (model.train() or model.eval() called on some ranks "
+                                  "only, e.g. after a validation that only one rank runs)", odd.rank)
+                    : fmt::format(": rank {}'s submodules run in another mode than the other ranks' (model.train() "
+                                  "or model.eval() called on some ranks only, e.g. after a validation that only one "
+                                  "rank runs); where one of them depends on the mode (BatchNorm with running "
+                                  "statistics, Dropout, a layer reading self.training: this recording does not say "
+                                  "which do), DDP averages gradients no single process computes", odd.rank);
         } else if (kind == kTrainable) {
           m.message = fmt::format("rank {} trained {} parameter(s) in its step-{} forward and rank {} trained {}{}",
                                   odd.rank, count_of(*st.trainable), st.step, at[base]->rank,
@@ -291,8 +331,15 @@ void CheckForwardModes(const ProtocolRecords& r, ProtocolResult* out, std::vecto
     }
   }
   for (int kind = kAutocast; kind <= kTrainForwards; ++kind) {
-    if (checked[kind]) out->checked.push_back(kChecked[kind]);
+    if (!checked[kind]) continue;
+    out->checked.push_back(kind == kEvalModules && r.mode_dependent
+                               ? fmt::format("the same train/eval mode on every rank at every step of the {} "
+                                             "submodule(s) whose forward depends on it (BatchNorm/InstanceNorm with "
+                                             "running statistics, Dropout with p > 0, a layer reading "
+                                             "self.training)", r.mode_dependent->size())
+                               : kChecked[kind]);
   }
+  if (!mode_free_note.empty()) out->checked.push_back(mode_free_note);
 }
 
 // Bucket layouts: step 0 = torch's initial assignment, later steps = one rebuild from a ready order.

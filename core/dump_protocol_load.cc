@@ -240,6 +240,12 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       pr.init_optimizer.opt_counts =
           r.index.value("init_optimizer_step_counts", std::map<std::string, double>{});
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
+      if (r.index.contains("mode_dependent")) {  // a string map (the index schema); any rank's counts
+        if (!out->mode_dependent) out->mode_dependent.emplace();
+        for (const auto& [name, why] : r.index.at("mode_dependent").items()) {
+          out->mode_dependent->emplace(name, why.get<std::string>());
+        }
+      }
       const auto& steps = r.index.at("steps");
       for (size_t i = 0; i < steps.size(); ++i) {
         ProtocolStep s;

@@ -504,5 +504,35 @@ TEST(CheckProtocol, AnLrSetByHandIsNotHeldToTheSchedulersButStillComparedBetween
   EXPECT_EQ(res.result.first->against, "ddpcheck's schedulers");
 }
 
+// Where the recorder says which submodules' forward depends on train/eval mode (QA round 11 P7: an InstanceNorm
+// without running statistics computes the same in eval mode), only their modes are compared: other submodules in
+// eval mode on one rank pass, with a note; a BatchNorm with running statistics in eval mode there fails, naming it.
+TEST(CheckProtocol, OnlyTheModesOfLayersThatDependOnThemMustAgree) {
+  ProtocolRecords r = Records({1.0, 1.0});
+  r.mode_dependent = std::map<std::string, std::string>{{"bn", "BatchNorm2d with running statistics"}};
+  r.ranks[0].steps[0].eval_modules = std::vector<std::string>{};
+  r.ranks[1].steps[0].eval_modules = std::vector<std::string>{"(the model)", "conv", "inorm"};
+  ProtocolResult res = CheckProtocol(r);
+  EXPECT_TRUE(res.result.pass) << res.result.first->message;
+  EXPECT_NE(res.result.derivation.find("forward ignores the mode differ between ranks"), std::string::npos)
+      << res.result.derivation;
+  r.ranks[1].steps[0].eval_modules->push_back("bn");
+  res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "different-forward-path@1");
+  EXPECT_NE(res.result.first->message.find("bn (BatchNorm2d with running statistics)"), std::string::npos)
+      << res.result.first->message;
+  EXPECT_EQ(res.result.first->message.find("conv"), std::string::npos) << res.result.first->message;
+  // a recording that does not say which do: every submodule's mode counts, and the message does not guess
+  r.mode_dependent.reset();
+  r.ranks[1].steps[0].eval_modules = std::vector<std::string>{"inorm"};
+  res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_NE(res.diagnosis->explanation.find("this recording does not say which do"), std::string::npos)
+      << res.diagnosis->explanation;
+}
+
 }  // namespace
 }  // namespace ddpcheck::core

@@ -686,6 +686,38 @@ class BucketTaps(_OneRankGroup):
             by_hand = any(r.startswith("the lr changed without a scheduler") for r in ix["replay"]["reasons"])
             self.assertEqual(by_hand, warmup, ix["replay"]["reasons"])
 
+    def test_the_index_names_the_submodules_whose_forward_depends_on_the_mode(self):
+        """QA round 11 P7: an InstanceNorm without running statistics, a Dropout(p=0), convolutions and the user's
+        containers compute the same in eval mode; a BatchNorm with running statistics, a Dropout(p > 0) and a class
+        of the user's whose code reads self.training do not."""
+        class Noisy(nn.Module):
+            def forward(self, x):
+                return x + 0.1 * torch.randn_like(x) if self.training else x
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv1d(2, 4, 3)
+                self.inorm = nn.InstanceNorm1d(4, affine=True)
+                self.bn = nn.BatchNorm1d(4)
+                self.bn_batch = nn.BatchNorm1d(4, track_running_stats=False)
+                self.drop0, self.drop = nn.Dropout(0.0), nn.Dropout(0.25)
+                self.noisy = Noisy()
+                self.head = nn.Sequential(nn.Flatten(), nn.Linear(24, 3))
+
+            def forward(self, x):
+                h = self.drop(self.drop0(self.bn_batch(self.bn(self.inorm(self.conv(x))))))
+                return self.head(self.noisy(h))
+
+        ddp = nn.parallel.DistributedDataParallel(Net())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+        rec.close()
+        self.assertEqual(_index(out)["mode_dependent"],
+                         {"bn": "BatchNorm1d with running statistics", "drop": "Dropout(p=0.25)",
+                          "noisy": "Noisy (its code reads self.training)"})
+
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)
         ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))

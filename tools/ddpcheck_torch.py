@@ -858,6 +858,9 @@ class DdpRecorder:
             "param_groups": _param_groups(optimizer, self._pindex),
             "scheduler_types": [type(s).__name__ for s in self.schedulers],
             "module_type": type(self.module).__name__,
+            # the submodules whose forward depends on train/eval mode: a rank running only others in eval mode
+            # computes what the training ranks compute (the protocol check compares the modes of these)
+            "mode_dependent": _protocol.mode_dependent(self.module),
         }
         self.index["init"] = self._save_state("init", self.module.state_dict())
         # An optimizer with state already (loaded from a checkpoint: a resumed run; Adagrad's initial sums): the

@@ -359,6 +359,82 @@ class StepTap:
         return out
 
 
+# torch.nn's modules whose own forward reads no self.training: a rank running one in eval mode computes what a
+# training rank computes (containers, linear maps, convolutions, embeddings, activations but RReLU, pools, paddings,
+# resampling and reshaping, the norms that keep no running statistics). BatchNorm, InstanceNorm, Dropout, RNNs and
+# attention are judged by their settings (mode_dependence); any other torch module is taken to depend on the mode.
+_MODE_FREE = tuple(c for c in (getattr(nn, n, None) for n in (
+    "Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Identity", "Linear",
+    "LazyLinear", "Bilinear", "Embedding", "EmbeddingBag", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+    "ConvTranspose2d", "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d",
+    "LazyConvTranspose2d", "LazyConvTranspose3d", "Fold", "Unfold", "LayerNorm", "GroupNorm", "LocalResponseNorm",
+    "CrossMapLRN2d", "ReLU", "ReLU6", "LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid",
+    "Tanh", "Softmax", "Softmax2d", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Softshrink", "Hardshrink",
+    "Hardtanh", "Hardswish", "Hardsigmoid", "Tanhshrink", "Threshold", "GLU", "LogSigmoid", "MaxPool1d",
+    "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "LPPool1d", "LPPool2d",
+    "FractionalMaxPool2d", "FractionalMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReflectionPad1d",
+    "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad2d",
+    "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+    "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "Flatten", "Unflatten", "CosineSimilarity",
+    "PairwiseDistance")) if c is not None)
+
+
+def _reads_training(code):
+    """Whether a code object, or one nested in it, names `training` (self.training, getattr(self, "training"))."""
+    if "training" in code.co_names or "training" in code.co_consts:
+        return True
+    return any(_reads_training(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _codes(klass):
+    """The code of the functions a class defines itself (methods, static and class methods, properties)."""
+    for v in vars(klass).values():
+        if isinstance(v, (staticmethod, classmethod)):
+            v = v.__func__
+        elif isinstance(v, property):
+            v = v.fget
+        code = getattr(v, "__code__", None)
+        if isinstance(code, types.CodeType):
+            yield code
+
+
+def mode_dependence(m):
+    """Why module m's own forward computes another function in eval mode than in train mode (its submodules are
+    judged on their own), or None where it computes the same: BatchNorm and InstanceNorm with running statistics,
+    Dropout with p > 0, an RNN's dropout between layers, attention's dropout, RReLU; a torch module not known to
+    ignore the mode; a class of the user's (or another library's) whose own code reads self.training."""
+    name = type(m).__name__
+    if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)):
+        return "%s with running statistics" % name if m.track_running_stats else None
+    if isinstance(m, nn.modules.dropout._DropoutNd):
+        return "%s(p=%g)" % (name, m.p) if m.p > 0 else None
+    if isinstance(m, nn.MultiheadAttention):
+        return "%s(dropout=%g)" % (name, m.dropout) if m.dropout > 0 else None
+    if isinstance(m, nn.RNNBase):
+        return "%s(dropout=%g)" % (name, m.dropout) if m.dropout > 0 and m.num_layers > 1 else None
+    if isinstance(m, nn.RReLU):
+        return "RReLU (random slopes in training)"
+    for klass in type(m).__mro__:
+        if klass is object or klass in _MODE_FREE:
+            break  # (a torch module known to ignore the mode: its own bases are torch's, covered by it)
+        if klass.__module__.split(".")[0] == "torch":
+            return "%s (a torch module ddpcheck does not know to ignore the mode)" % klass.__name__
+        if any(_reads_training(c) for c in _codes(klass)):
+            return "%s (its code reads self.training)" % klass.__name__
+    return None
+
+
+def mode_dependent(module):
+    """{submodule name ("(the model)" for the module itself): why its forward depends on train/eval mode}."""
+    out = {}
+    for n, m in module.named_modules():
+        why = mode_dependence(m)
+        if why is not None:
+            out[n or "(the model)"] = why
+    return out
+
+
 _LOSSES = {"mse": nn.MSELoss, "cross_entropy": nn.CrossEntropyLoss}
 
 
