@@ -71,6 +71,7 @@ struct ProtocolStep {
   std::optional<std::string> trainable;  // "<count>:<crc32>" of the parameters its training forwards trained
   int64_t train_forwards = -1;  // forwards of the module with a gradient to come (-1: not recorded)
   bool after_gap = false;  // steps before it were not kept (Join's uneven tail): its previous state is unknown
+  bool scaler = false;  // the step recorded an enabled GradScaler (its unscale_ divides the grads by the scale)
   // Parameters (or their optimizer state) the loop changed outside optimizer.step(), as the recorder noticed:
   // before the step (since the last rec.step(): a checkpoint loaded) or after it (weights clipped, p.data edited).
   std::vector<std::string> edited_before, edited_after;

@@ -487,41 +487,85 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
                                      : "reduced bucket = mean over ranks of the local buckets (within W roundings)");
 }
 
-// The gradients optimizer.step() saw against DDP's reduced buckets: W x them, element by element, in every bucket
-// of a step is the loop all-reducing (summing) the gradients again after DDP averaged them (a manual
-// `dist.all_reduce(p.grad)` for every parameter): the same W-times-too-large step as a loss multiplied by W. A
-// factor below 1 is clipping (the replay is then skipped, not this), any other factor is left alone.
+// The gradients optimizer.step() saw (g) against DDP's reduced buckets (r), element by element over every
+// parameter a step holds in both. What a loop may do between the backward and the step to DDP's gradients only
+// makes them smaller: clip_grad_norm_ multiplies them all by one factor <= 1, clip_grad_value_ clamps each element
+// to [-v, v]. A step whose g is made from W r instead is the loop all-reducing (summing) the gradients again after
+// DDP averaged them (a manual `dist.all_reduce(p.grad)`): the same too-large step as a loss multiplied by W
+// (loss-times-world), seen as
+//   - g = W r in every element (within 2 W u);
+//   - g = c r with one factor c > 1 for every element: W r clipped by norm (a clip of r has c <= 1);
+//   - g = W r where |g| < v and +-v elsewhere (|W r| >= v), larger than r somewhere: W r clipped by value (a clip of
+//     r leaves the elements it does not clip at r, and makes none larger).
+// A step that records a GradScaler (unscale_ divides by the scale) is left out, and so is any other change (weight
+// decay added by hand, noise, a gradient zeroed): it is no clip of W r.
 void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
   if (!r.buckets_note.empty() || !r.ddp_wrapped || r.world < 2) return;
-  const double tol = 2.0 * r.world * UnitRoundoff(r.dtype);
+  const double u = UnitRoundoff(r.dtype), tol = 2.0 * r.world * u, fit_tol = 4.0 * (r.world + 2) * u;
+  const double w = r.world;
   for (const auto& rank : r.ranks) {
     for (const auto& st : rank.steps) {
-      if (st.buckets.empty() || st.grads.empty() || st.optimizer_steps != 1) continue;
+      if (st.buckets.empty() || st.grads.empty() || st.optimizer_steps != 1 || st.scaler) continue;
       const auto reduced = FromBuckets(r, st, /*reduced=*/true);  // (a bucket reduced twice: its last reduction)
-      bool all_times_w = true, any = false;
-      std::string first_param;
-      for (const auto& p : r.params) {  // DDP's order: the first compared names the finding
-        const auto red = reduced.find(p.name);
+      std::vector<double> got, red;  // every compared element, DDP's parameter order
+      std::string first_param;       // the first compared names the finding
+      for (const auto& p : r.params) {
+        const auto rd = reduced.find(p.name);
         const auto g = st.grads.find(p.name);
-        if (red == reduced.end() || g == st.grads.end() || g->second.data.size() != red->second.size()) continue;
+        if (rd == reduced.end() || g == st.grads.end() || g->second.data.size() != rd->second.size()) continue;
         if (first_param.empty()) first_param = p.name;
-        for (size_t k = 0; k < red->second.size() && all_times_w; ++k) {
-          const double want = r.world * red->second[k], got = g->second.data[k];
-          if (want == 0 && got == 0) continue;
-          any = true;
-          all_times_w = std::abs(got - want) <= tol * std::abs(want);
-        }
-        if (!all_times_w) break;
+        got.insert(got.end(), g->second.data.begin(), g->second.data.end());
+        red.insert(red.end(), rd->second.begin(), rd->second.end());
       }
-      if (!any || !all_times_w) continue;
+      // every element W r; or one common factor c; or W r clamped to +-v (v the largest |g|)
+      bool times_w = true, common = true, clamped = true, larger = false;
+      double gr = 0, rr = 0, v = 0;
+      int64_t nonzero = 0, at_w = 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        gr += got[k] * red[k];
+        rr += red[k] * red[k];
+        v = std::max(v, std::abs(got[k]));
+      }
+      const double c = rr > 0 ? gr / rr : 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        const double g = got[k], x = red[k], want = w * x;
+        if (g == 0 && x == 0) continue;
+        ++nonzero;
+        const bool w_here = std::abs(g - want) <= tol * std::abs(want);
+        at_w += w_here;
+        times_w = times_w && w_here;
+        common = common && std::abs(g - c * x) <= fit_tol * std::abs(c * x);
+        const bool clipped = std::abs(g) == v && std::signbit(g) == std::signbit(x) && w * std::abs(x) >= v * (1 - tol);
+        clamped = clamped && (w_here || clipped);
+        larger = larger || std::abs(g) > std::abs(x) * (1 + tol);
+      }
+      if (nonzero == 0) continue;
+      std::string how;
+      if (times_w) {
+        how = fmt::format("the gradients optimizer.step() saw on rank {} are W = {} x DDP's reduced (averaged) ones in "
+                          "every bucket: the loop all-reduced them again, summing, after DDP had averaged them",
+                          rank.rank, r.world);
+      } else if (common && c > 1 + 1e-3) {
+        how = fmt::format("the gradients optimizer.step() saw on rank {} are {:.4g} x DDP's reduced (averaged) ones in "
+                          "every bucket, and a clip (clip_grad_norm_) only scales gradients down: the loop made them "
+                          "larger after DDP averaged them, as all-reducing them again (summing, W = {} x) and then "
+                          "clipping by norm does", rank.rank, c, r.world);
+      } else if (clamped && larger) {
+        how = fmt::format("{} of the {} elements of the gradients optimizer.step() saw on rank {} are W = {} x DDP's "
+                          "reduced (averaged) ones and the others are clipped to +-{:.6g} (a clip of DDP's own gradients "
+                          "leaves the elements it does not clip at DDP's values, and makes none larger): the loop "
+                          "all-reduced them again (summing) after DDP had averaged them and then clipped them by value "
+                          "(clip_grad_value_), which hides the factor only where it clips", at_w, nonzero, rank.rank,
+                          r.world, v);
+      } else {
+        continue;
+      }
       Mismatch m;
       m.key = {st.step, Checkpoint::kReduced, first_param, rank.rank};
       m.kind = "reference-divergent";
       m.against = "DDP's reduced gradients";
-      m.message = fmt::format(
-          "the gradients optimizer.step() saw on rank {} are W = {} x DDP's reduced (averaged) ones in every bucket: "
-          "the loop all-reduced them again, summing, after DDP had averaged them; DDP already averages the "
-          "gradients: drop the manual all_reduce (or divide by the world size)", rank.rank, r.world);
+      m.message = how + "; DDP already averages the gradients: drop the manual all_reduce (or divide by the world "
+                        "size)";
       f->push_back({m, "loss-times-world", m.message, 2});
       return;  // the first step of the first rank: every rank's every step repeats it
     }

@@ -70,6 +70,7 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->autocast = st.value("autocast", false);
   s->autocast_known = st.contains("autocast");
   s->after_gap = st.value("after_gap", false);
+  s->scaler = st.contains("scaler");
   for (const auto& [key, into] : {std::pair{"edited_before_step", &s->edited_before},
                                   std::pair{"edited_after_step", &s->edited_after}}) {
     if (st.contains(key)) *into = st.at(key).get<std::vector<std::string>>();  // a string array: the index schema

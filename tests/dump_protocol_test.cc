@@ -534,5 +534,49 @@ TEST(CheckProtocol, OnlyTheModesOfLayersThatDependOnThemMustAgree) {
       << res.diagnosis->explanation;
 }
 
+// The gradients summed again after DDP and then clipped (QA round 11 P2): clip_grad_norm_ leaves them c x DDP's
+// with c > 1 (a clip of DDP's own gradients scales by c <= 1), clip_grad_value_ leaves the elements it does not clip
+// at exactly W x DDP's; both are loss-times-world. The same clips of DDP's own gradients pass, and so does a change
+// that is no clip (weight decay added to the gradients by hand, larger than DDP's in places).
+TEST(CheckProtocol, GradientsSummedAgainAfterDdpThenClippedAreStillLossTimesWorld) {
+  // DDP's reduced gradient is {0.5, -1, 2}; g = what optimizer.step() saw
+  const auto stepped_on = [](const std::vector<double>& g) {
+    ProtocolRecords r = Records({1.0, 1.0});
+    for (auto& rank : r.ranks) {
+      auto& st = rank.steps[0];
+      st.grads["w"] = T(g);
+      for (size_t i = 0; i < 3; ++i) st.params["w"].data[i] = std::fma(-0.1, g[i], rank.init["w"].data[i]);
+    }
+    return CheckProtocol(r);
+  };
+  const std::vector<std::vector<double>> wrong = {
+      {0.75, -1.5, 3.0},  // 2 x DDP's clipped by norm to 0.75 of it: 1.5 x DDP's
+      {1.0, -1.5, 1.5},   // 2 x DDP's clipped by value to 1.5: 1.0 is 2 x 0.5
+      {0.8, -0.8, 0.8},   // 2 x DDP's clipped by value to 0.8, every element: 0.8 > |0.5|
+  };
+  for (const auto& g : wrong) {
+    const ProtocolResult res = stepped_on(g);
+    SCOPED_TRACE(::testing::PrintToString(g));
+    ASSERT_FALSE(res.result.pass);
+    ASSERT_TRUE(res.diagnosis.has_value());
+    EXPECT_EQ(res.diagnosis->pattern, "loss-times-world");
+    EXPECT_EQ(res.result.first->key.step, 0);
+    EXPECT_NE(res.result.first->message.find("drop the manual all_reduce"), std::string::npos)
+        << res.result.first->message;
+  }
+  EXPECT_NE(stepped_on(wrong[0]).result.first->message.find("1.5 x DDP's"), std::string::npos);
+  EXPECT_NE(stepped_on(wrong[1]).result.first->message.find("clip_grad_value_"), std::string::npos);
+  const std::vector<std::vector<double>> fine = {
+      {0.25, -0.5, 1.0},  // clipped by norm: 0.5 x DDP's
+      {0.5, -0.75, 0.75},  // clipped by value to 0.75: 0.5 left as DDP reduced it
+      {0.4, -0.4, 0.4},   // every element clipped by value to 0.4
+      {0.6, -0.8, 2.3},   // + 0.1 x the parameters (weight decay by hand): larger, but no clip of 2 x DDP's
+  };
+  for (const auto& g : fine) {
+    const ProtocolResult res = stepped_on(g);
+    EXPECT_TRUE(res.result.pass) << ::testing::PrintToString(g) << ": " << res.result.first->message;
+  }
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
