@@ -62,6 +62,7 @@ struct ProtocolStep {
   bool lr_edited = false;
   std::vector<OptimizerSpec> groups;  // each group's hyper-parameters at the optimizer step (empty: as constructed)
   int64_t optimizer_steps = 1, scheduler_steps = 0;
+  bool optimizer_steps_known = false;  // the recorder counted optimizer.step() calls (optimizer_steps)
   int64_t ddp_forwards = -1;  // forwards through the DDP wrapper in the step (-1: not recorded)
   int64_t scheduler_steps_before = 0;  // scheduler.step() calls before this step's optimizer.step()
   std::vector<int64_t> indices;

@@ -61,6 +61,7 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   s->lrs = st.contains("lrs") ? st.at("lrs").get<std::vector<double>>()
                               : std::vector<double>{st.at("lr").get<double>()};
   s->optimizer_steps = st.value("optimizer_steps", int64_t{1});
+  s->optimizer_steps_known = st.contains("optimizer_steps");
   s->lr_edited = st.value("lr_edited", false);
   s->ddp_forwards = st.value("ddp_forwards", int64_t{-1});
   s->scheduler_steps = st.value("scheduler_steps", int64_t{0});

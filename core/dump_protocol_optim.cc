@@ -238,13 +238,12 @@ void CheckJoinOptimizerState(const ProtocolRecords& r, std::vector<ProtocolFindi
   }
 }
 
-void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckLr(r, out, f);
-  CheckJoinOptimizerState(r, f);
-  if (!r.optimizer_note.empty() || r.groups.empty()) {
-    out->skipped.push_back(r.optimizer_note.empty() ? "optimizer update: no param groups" : r.optimizer_note);
-    return;
-  }
+namespace {
+
+// A rank that skipped the optimizer step most ranks took (or the reverse), for any optimizer (its update rule is not
+// needed): the recorder's count of optimizer.step() calls differs; where a step's counts were not recorded, the rank's
+// parameters are bitwise its previous step's while most ranks' changed. Named skip-step@R at the first such step.
+void CheckSkippedStep(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
   // The parameter a skipped step is named by: the first the recorded optimizer updates.
   std::string first_param = r.params.empty() ? "" : r.params[0].name;
   for (const auto& g : r.groups) {
@@ -253,28 +252,73 @@ void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::
       break;
     }
   }
-  for (size_t s = 0; s < MaxSteps(r); ++s) {  // a rank that skipped the optimizer step most ranks took (or the reverse)
+  // Whether rank k's parameters at step s are bitwise those it had before the step (init at step 0); nullopt where
+  // it cannot say (a step after a gap, no parameters recorded).
+  const auto unchanged = [&](const ProtocolRank& k, size_t s) -> std::optional<bool> {
+    const ProtocolStep& st = k.steps[s];
+    if (st.after_gap || st.params.empty()) return std::nullopt;
+    const std::map<std::string, Tensor>& before = s == 0 ? k.init : k.steps[s - 1].params;
+    for (const auto& [name, t] : st.params) {
+      const Tensor* b = Get(before, name);
+      if (!b) return std::nullopt;
+      if (!BitwiseEqual(*b, t)) return false;
+    }
+    return true;
+  };
+  for (size_t s = 0; s < MaxSteps(r); ++s) {
     const auto here = RanksAt(r, s);
     if (here.size() < 2) continue;
-    const auto count = [&](size_t i) { return here[i]->steps[s].optimizer_steps; };
-    const size_t base = MajorityBase(here.size(), [&](size_t i, size_t j) { return count(i) == count(j); });
+    const bool counted = std::all_of(here.begin(), here.end(), [&](const ProtocolRank* k) {
+      return k->steps[s].optimizer_steps_known;
+    });
+    std::vector<int64_t> count(here.size());  // the optimizer steps each rank took, counted or seen
+    bool seen = true;
+    for (size_t i = 0; i < here.size() && seen; ++i) {
+      if (counted) {
+        count[i] = here[i]->steps[s].optimizer_steps;
+      } else {
+        const auto same = unchanged(*here[i], s);
+        seen = same.has_value();
+        count[i] = same && *same ? 0 : 1;
+      }
+    }
+    if (!seen) continue;
+    const size_t base = MajorityBase(here.size(), [&](size_t i, size_t j) { return count[i] == count[j]; });
     for (size_t i = 0; i < here.size(); ++i) {
-      if (count(i) == count(base)) continue;
+      if (count[i] == count[base]) continue;
       const ProtocolRank& odd = *here[i];
-      const int skipper = count(i) < count(base) ? odd.rank : here[base]->rank;
+      const int skipper = count[i] < count[base] ? odd.rank : here[base]->rank;
       const int other = skipper == odd.rank ? here[base]->rank : odd.rank;
-      const int64_t skipped_steps = std::min(count(i), count(base)), taken = std::max(count(i), count(base));
+      const int64_t skipped_steps = std::min(count[i], count[base]), taken = std::max(count[i], count[base]);
       Mismatch m;
       m.key = {odd.steps[s].step, Checkpoint::kParams, first_param, skipper};
       m.kind = "rank-divergent";
       m.against = fmt::format("rank {}", other);
       m.got = static_cast<double>(skipped_steps);
       m.want = static_cast<double>(taken);
-      m.message = fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank {}", skipped_steps, skipper,
-                              taken, other);
+      const ProtocolRank& skipping = skipper == odd.rank ? odd : *here[base];
+      const auto still = unchanged(skipping, s);
+      m.message = counted ? fmt::format("optimizer.step() ran {} time(s) on rank {} and {} on rank {}{}", skipped_steps,
+                                        skipper, taken, other,
+                                        still && *still ? fmt::format(" (rank {}'s parameters did not change)", skipper)
+                                                        : "")
+                          : fmt::format("rank {}'s parameters did not change at step {} while rank {}'s did",
+                                        skipper, odd.steps[s].step, other);
       f->push_back({m, fmt::format("skip-step@{}", skipper), m.message + ": one rank skipped the step", 1});
       break;
     }
+  }
+}
+
+}  // namespace
+
+void CheckProtocolOptimizer(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckLr(r, out, f);
+  CheckJoinOptimizerState(r, f);
+  CheckSkippedStep(r, f);
+  if (!r.optimizer_note.empty() || r.groups.empty()) {
+    out->skipped.push_back(r.optimizer_note.empty() ? "optimizer update: no param groups" : r.optimizer_note);
+    return;
   }
   std::set<std::string> edited_noted;  // parameters changed outside optimizer.step(), named once
   std::vector<std::string> edited_names;

@@ -578,5 +578,31 @@ TEST(CheckProtocol, GradientsSummedAgainAfterDdpThenClippedAreStillLossTimesWorl
   }
 }
 
+// A rank that skipped optimizer.step() is skip-step@R for any optimizer (QA round 11 P8: Adamax's update is not
+// reproduced, its step count still is): from the recorder's counts, or, where a step's counts were not recorded,
+// from the rank's parameters, bitwise its previous step's while the other ranks' changed.
+TEST(CheckProtocol, ARankThatSkippedTheStepIsNamedForAnOptimizerDdpcheckDoesNotModel) {
+  for (const bool counted : {true, false}) {
+    SCOPED_TRACE(counted ? "counted" : "from the parameters");
+    ProtocolRecords r = Records({1.0, 1.0, 1.0});
+    r.optimizer_type = "adamax";
+    r.optimizer_note = "optimizer update not checked: optimizer: unknown type 'adamax'";
+    r.groups.clear();
+    for (auto& rank : r.ranks) rank.steps[0].optimizer_steps_known = counted;
+    EXPECT_TRUE(CheckProtocol(r).result.pass);
+    auto& skipped = r.ranks[1].steps[0];
+    skipped.params["w"] = r.ranks[1].init["w"];
+    if (counted) skipped.optimizer_steps = 0;
+    const ProtocolResult res = CheckProtocol(r);
+    ASSERT_FALSE(res.result.pass);
+    ASSERT_TRUE(res.diagnosis.has_value());
+    EXPECT_EQ(res.diagnosis->pattern, "skip-step@1");
+    EXPECT_EQ(res.result.first->key.rank, 1);
+    EXPECT_NE(res.result.first->message.find(counted ? "optimizer.step() ran 0 time(s) on rank 1"
+                                                     : "rank 1's parameters did not change at step 0"),
+              std::string::npos) << res.result.first->message;
+  }
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
