@@ -1,6 +1,7 @@
 // The real-script corpus (tests/real_scripts/, listed in its manifest.json): realistic DDP training scripts in
 // different styles, each instrumented with tools/ddpcheck_torch.py and run with mp.spawn on gloo. Every correct
-// run PASSes `ddpcheck torch-compare`; every mistake FAILs naming its BUGS.md pattern, step and rank.
+// run (`none`, and the variants a script lists as "correct": a run that looks wrong and is not) PASSes `ddpcheck
+// torch-compare`; every mistake FAILs naming its BUGS.md pattern, step and rank.
 // W=2 by default; DDPCHECK_REAL_SCRIPTS_WORLDS=2,3 adds W=3. ctest label `torch`; SKIPs without torch.
 #include <cctype>
 #include <cstdlib>
@@ -51,7 +52,9 @@ TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) 
   json entry;
   const json manifest = Manifest();
   for (const auto& s : manifest.at("scripts")) if (s.at("script") == GetParam()) entry = s;
+  const json correct = entry.value("correct", json::object());
   std::string cases = "none";
+  for (const auto& [name, _] : correct.items()) cases += "," + name;
   for (const auto& [name, _] : entry.at("mistakes").items()) cases += "," + name;
   for (int world : Worlds()) {
     SCOPED_TRACE("W=" + std::to_string(world));
@@ -66,12 +69,14 @@ TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) 
     ASSERT_EQ(rc, 0) << cmd(port) << "\n" << testing::ReadFile(tmp.File("log"));
     for (const std::string& c : [&] {
            std::vector<std::string> v{"none"};
+           for (const auto& [name, _] : correct.items()) v.push_back(name);
            for (const auto& [name, _] : entry.at("mistakes").items()) v.push_back(name);
            return v;
          }()) {
       SCOPED_TRACE("case " + c);
       const auto r = testing::RunCli("torch-compare '" + tmp.File(c) + "' --report-json '" + tmp.File(c + ".json") + "'");
-      if (c == "none") {
+      const bool passes = c == "none" || correct.contains(c);
+      if (passes) {
         EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
       } else {
         EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
@@ -80,7 +85,7 @@ TEST_P(RealScript, CorrectRunPassesAndEachMistakeFailsNamingPatternStepAndRank) 
       const json report = json::parse(testing::ReadFile(tmp.File(c + ".json")));
       const json& tc = report.at("torch_compare");
       EXPECT_EQ(tc.at("replayed").get<bool>(), entry.at("replayed").get<bool>()) << tc.at("replay_note");
-      if (c == "none") {  // every correct run is also checked against the single-process gradient
+      if (passes) {  // every correct run is also checked against the single-process gradient
         EXPECT_NE(tc.at("protocol").at("reference").get<std::string>(), "") << tc.at("protocol").dump();
         continue;
       }
