@@ -132,6 +132,28 @@ std::string FactorPattern(const NearFn& near, int64_t micro, int world) {
   return world > 1 && near(static_cast<double>(world)) ? "loss-times-world" : "";
 }
 
+// A local gradient that is the reference plus the gradient the optimizer saw at the step before (within 1 %): the
+// rank's gradients were not zeroed between the steps, so its backward added to them. That step's number, or nullopt.
+std::optional<int64_t> LeftOver(const ProtocolRank& rank, size_t s, const Grads& got, const Grads& ref) {
+  if (s == 0 || s > rank.steps.size()) return std::nullopt;
+  const ProtocolStep& before = rank.steps[s - 1];
+  Grads extra;
+  for (const auto& [name, g] : got) {
+    const auto w = ref.find(name);
+    if (w == ref.end() || w->second.size() != g.size()) continue;
+    auto& d = extra[name];
+    for (size_t i = 0; i < g.size(); ++i) d.push_back(g[i] - w->second[i]);
+  }
+  const Grads last = FromMap(before.grads);
+  double norm = 0;
+  for (const auto& [name, v] : last) {
+    if (!extra.count(name)) continue;
+    for (double x : v) norm += x * x;
+  }
+  if (extra.empty() || !(norm > 0) || Residual(extra, last, 1.0) > kScaleFitTol) return std::nullopt;
+  return before.step;
+}
+
 }  // namespace
 
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -146,6 +168,8 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
   for (size_t s = 0; s < steps; ++s) {
     std::vector<Side> local;
     std::vector<int> ranks;
+    std::vector<std::pair<Grads, Grads>> compared;  // each local entry's (got, ref)
+    std::vector<const ProtocolRank*> compared_rank;
     Grads mean;
     int64_t rows = 0, micro = 0;
     bool autocast = false, complete = true, step_several = false;
@@ -201,6 +225,8 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
                               st.ref_rows + max_numel + r.world, st.autocast, out));
       ranks.push_back(rank.rank);
+      compared.emplace_back(got, ref);
+      compared_rank.push_back(&rank);
     }
     if (local.empty() && !step_several && !locals_unknown) continue;
     const int64_t step = r.ranks[0].steps[s].step;
@@ -251,11 +277,18 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                                      "while other ranks' match: that rank scales its loss differently",
                                      ranks[worst], local[worst].scale);
       } else if (some_ok) {
-        fi.explanation = fmt::format("rank {}'s local gradient differs from the single-process float64 gradient of its "
-                                     "batch (not a multiple of it: {:.2g} of it is left after the best factor {:.4g}) "
-                                     "while other ranks' match: that rank's forward or backward differs (a layer "
-                                     "in another mode, other weights or another order of parameters)",
-                                     ranks[bad[0]], local[bad[0]].residual, local[bad[0]].scale);
+        const std::optional<int64_t> kept = LeftOver(*compared_rank[bad[0]], s, compared[bad[0]].first,
+                                                     compared[bad[0]].second);
+        fi.explanation =
+            kept ? fmt::format("rank {}'s local gradient at step {} is the single-process float64 gradient of its "
+                               "batch plus the gradient optimizer.step() saw at step {}, while other ranks' match: "
+                               "that rank's gradients were not zeroed between the steps (optimizer.zero_grad() "
+                               "skipped there), so its backward added to the last step's", ranks[bad[0]], step, *kept)
+                 : fmt::format("rank {}'s local gradient differs from the single-process float64 gradient of its "
+                               "batch (not a multiple of it: {:.2g} of it is left after the best factor {:.4g}) "
+                               "while other ranks' match: that rank's forward or backward differs (a layer "
+                               "in another mode, other weights or another order of parameters)",
+                               ranks[bad[0]], local[bad[0]].residual, local[bad[0]].scale);
       } else {
         fi.explanation = fmt::format("the local gradients differ from the single-process float64 gradient of the "
                                      "same batch ({}); no common factor",

@@ -604,5 +604,29 @@ TEST(CheckProtocol, ARankThatSkippedTheStepIsNamedForAnOptimizerDdpcheckDoesNotM
   }
 }
 
+// A rank that did not zero its gradients between two steps (QA round 11 P9): its local gradient at the second is
+// the reference of its batch plus the gradient the optimizer saw at the first, and the finding says so.
+TEST(CheckProtocol, GradientsNotZeroedBetweenStepsOnOneRankAreSaidToHaveAccumulated) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  // step 1: every rank's batch has the reference {1, 1, 1}; rank 2's local gradient adds step 0's grads {0.5, -1, 2}
+  const std::vector<double> mean = {(1.0 + 1.0 + 1.5) / 3, (1.0 + 1.0 + 0.0) / 3, (1.0 + 1.0 + 3.0) / 3};
+  for (auto& rank : r.ranks) {
+    ProtocolStep second = rank.steps[0];
+    second.step = 1;
+    second.optimizer_steps = 0;  // (the update is not what this test is about)
+    second.ref_grads["w"] = T({1.0, 1.0, 1.0});
+    second.buckets[0].local = T(rank.rank == 2 ? std::vector<double>{1.5, 0.0, 3.0} : std::vector<double>{1, 1, 1});
+    second.buckets[0].reduced = T(mean);
+    second.grads["w"] = T(mean);
+    rank.steps.push_back(second);
+  }
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_FALSE(res.result.pass);
+  EXPECT_EQ(res.result.first->key.step, 1);
+  EXPECT_EQ(res.result.first->key.rank, 2);
+  EXPECT_NE(res.result.first->message.find("plus the gradient optimizer.step() saw at step 0"), std::string::npos)
+      << res.result.first->message;
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
