@@ -201,6 +201,8 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
                                    {"edited_after_step", Is::kStringArray},
                                    {"lr_edited", Is::kBool},
                                    {"ref_note", Is::kString},
+                                   {"ref_loss_ratio", Is::kNumber},
+                                   {"forward_buffers_first", Is::kBool},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},
                                    {"buckets", Is::kArray}}));

@@ -56,6 +56,14 @@ struct ProtocolStep {
   std::string ref_note;
   int64_t ref_rows = 0, microbatches = 0;
   std::optional<double> loss, ref_loss;  // the loss passed to rec.step and the float64 loss of the last micro-batch
+  // The loss passed to rec.step over the loss module's value, where they differ by no clean factor (the loop added
+  // terms or scaled the loss): ref_grads is then the loss module's gradient, which the local gradient matches only
+  // as this ratio times it when the loop scaled its loss (core/dump_protocol_ref.cc).
+  std::optional<double> ref_loss_ratio;
+  // Buffers at the start of the step's first forward through DDP (after its broadcast) and at rec.step(); whether
+  // that forward was the module's first since the last rec.step() (the recorder's forward_buffers_first)
+  std::map<std::string, Tensor> forward_buffers, buffers;
+  bool forward_buffers_first = false;
   std::vector<double> lrs;  // each group's lr at the optimizer step
   // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
   // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.

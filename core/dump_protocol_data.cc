@@ -419,6 +419,62 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
   out->checked.push_back("bucket assignment and order against torch's algorithm (initial, then rebuilt)");
 }
 
+// Where a reduced bucket is not the mean of the local ones and every rank holds the single-process reference of the
+// bucket's parameters: the rank whose local bucket lies farthest from its reference (relative distance over the
+// bucket, more than 4 x any other rank's) is the one whose local gradient is off, not the reduction. The mismatch `m`
+// is then that rank's local bucket against the share the reduced bucket and the other ranks' local buckets imply
+// (W x reduced - their sum), at the same element. Unchanged where no rank stands out (a reduction that is off).
+void BlameLocalBucket(const ProtocolRecords& r, size_t s, const std::vector<const ProtocolBucket*>& per_rank,
+                      const std::vector<double>& budget, Mismatch* m) {
+  std::vector<double> dist;
+  for (size_t k = 0; k < per_rank.size(); ++k) {
+    const ProtocolStep& st = r.ranks[k].steps[s];
+    if (st.ref_grads.empty() || st.ref_loss_ratio) return;
+    double num = 0, den = 0;
+    size_t off = 0;
+    for (int i : per_rank[k]->params) {
+      if (i < 0 || static_cast<size_t>(i) >= r.params.size()) return;
+      const auto ref = st.ref_grads.find(r.params[static_cast<size_t>(i)].name);
+      const size_t n = static_cast<size_t>(r.params[static_cast<size_t>(i)].numel);
+      if (ref == st.ref_grads.end() || ref->second.data.size() != n || off + n > per_rank[k]->local.data.size()) return;
+      for (size_t j = 0; j < n; ++j) {
+        const double d = per_rank[k]->local.data[off + j] - ref->second.data[j];
+        num += d * d;
+        den += ref->second.data[j] * ref->second.data[j];
+      }
+      off += n;
+    }
+    if (!(den > 0)) return;
+    dist.push_back(std::sqrt(num / den));
+  }
+  const size_t worst = static_cast<size_t>(std::max_element(dist.begin(), dist.end()) - dist.begin());
+  double next = 0;
+  for (size_t k = 0; k < dist.size(); ++k) if (k != worst) next = std::max(next, dist[k]);
+  if (!(dist[worst] > 4 * next)) return;
+  const size_t i = m->index >= 0 ? static_cast<size_t>(m->index) : 0;
+  if (i >= budget.size() || !per_rank[0]->reduced || i >= per_rank[0]->reduced->data.size()) return;
+  double share = r.world * per_rank[0]->reduced->data[i];
+  for (size_t k = 0; k < per_rank.size(); ++k) {
+    if (k == worst) continue;
+    if (i >= per_rank[k]->local.data.size()) return;
+    share -= per_rank[k]->local.data[i];
+  }
+  const double got = per_rank[worst]->local.data[i];
+  m->key.checkpoint = Checkpoint::kLocalGrad;
+  m->key.rank = r.ranks[worst].rank;
+  m->against = "the reduced bucket's share (W x reduced - the other ranks' local buckets)";
+  m->got = got;
+  m->want = share;
+  m->abs_err = std::abs(got - share);
+  m->rel_err = m->abs_err / std::max(std::abs(share), 1e-300);
+  m->budget = r.world * budget[i];
+  m->ratio = 0;
+  m->message = fmt::format("reduced bucket {} is not the mean of the ranks' local gradients, and rank {}'s local "
+                           "bucket is the one off its single-process reference ({:.2g} of it, at most {:.2g} on "
+                           "every other rank): that rank's recorded local gradient is not the one DDP averaged",
+                           m->key.tensor.substr(6), m->key.rank, dist[worst], next);
+}
+
 // Every rank's reduced bucket = sum over ranks of local * fl(1/W), within W roundings of the summands.
 void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
   if (!r.buckets_note.empty() || !r.ddp_wrapped) return;
@@ -476,6 +532,7 @@ void CheckMean(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protoc
                                             r.comm_hook.empty() ? "" : " (the communication hook " + r.comm_hook +
                                                                       " does not divide)")
                               : fmt::format("reduced bucket {} is not the mean of the ranks' local gradients", key.first);
+          if (!summed) BlameLocalBucket(r, static_cast<size_t>(s), per_rank, budget, &*m);
           f->push_back({*m, "", m->message, 2});
         }
         Account(out, Checkpoint::kReduced);
@@ -595,6 +652,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckMean(r, out, f);
   CheckGradsAfterReduce(r, f);
   CheckReference(r, out, f);
+  CheckBufferBroadcast(r, out, f);
 }
 
 }  // namespace ddpcheck::core

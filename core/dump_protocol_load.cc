@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/dump_protocol.h"
+#include "core/dump_protocol_util.h"
 #include "core/json_reader.h"
 #include "core/npy_archive.h"
 #include "core/optimizer.h"
@@ -82,6 +83,9 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   if (st.contains("loss") && st.at("loss").is_number()) s->loss = st.at("loss").get<double>();
   if (st.contains("ref_loss") && st.at("ref_loss").is_number()) s->ref_loss = st.at("ref_loss").get<double>();
   s->ref_note = Str(st, "ref_note");
+  if (st.contains("ref_loss_ratio") && st.at("ref_loss_ratio").is_number()) {
+    s->ref_loss_ratio = st.at("ref_loss_ratio").get<double>();  // a number: the index schema (core/dump_index.cc)
+  }
   for (const auto& g : st.value("groups", nlohmann::json::array())) {
     OptimizerSpec spec;
     if (!OptimizerSpecFromGroup(type, g, &spec).ok()) {
@@ -93,6 +97,14 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("grads"), &s->grads));
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("params"), &s->params));
   if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("ref_grads"), &s->ref_grads));
+  // The normalisation statistics among the buffers (what CheckBufferBroadcast compares; per channel, small).
+  s->forward_buffers_first = st.value("forward_buffers_first", false);  // a bool: the index schema
+  for (const auto& [key, into] : {std::pair{"forward_buffers", &s->forward_buffers}, std::pair{"buffers", &s->buffers}}) {
+    if (!st.contains(key)) continue;
+    nlohmann::json stats = nlohmann::json::object();
+    for (const auto& [name, file] : st.at(key).items()) if (IsNormStatistic(name)) stats[name] = file;
+    DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, stats, into));
+  }
   const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // keep it alive
   for (const auto& [state, files] : optimizer_state.items()) {
     DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, files, &s->opt_state[state]));

@@ -44,4 +44,10 @@ bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs);
 // The single-process reference check (core/dump_protocol_ref.cc).
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
+// Each step's forward buffers against rank 0's after the step before, with broadcast_buffers
+// (core/dump_protocol_buffers.cc).
+void CheckBufferBroadcast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+// A BatchNorm's (or InstanceNorm's) running statistic by its name: running_mean, running_var, num_batches_tracked.
+bool IsNormStatistic(const std::string& name);
+
 }  // namespace ddpcheck::core

@@ -833,6 +833,10 @@ class DdpRecorder:
         self._sched_total = 0
         self._counts = _fresh_counts()
         self._fwd_buffers = None
+        # forwards of the module since the last rec.step() (zero_grad drops none of them), and whether the forward
+        # buffers were taken at the first: then nothing but the loop itself changed the buffers in between
+        self._fwds_since_step = 0
+        self._fwd_buffers_first = False
         self._ref_grads = []  # reference gradients written with this step, reused by the reference once written
         self._auto = reference == "auto"
         self._ref_needed = None if self._auto else "reference=True"  # why every step from now on needs it
@@ -1055,6 +1059,7 @@ class DdpRecorder:
     def _on_module_forward(self, module, inputs):
         # Runs inside DDP's forward after its buffer broadcast: the buffers this forward starts from.
         self._counts["module"] += 1
+        self._fwds_since_step += 1
         if torch.is_grad_enabled() and _autocast_enabled():
             self._counts["autocast"] += 1  # a forward with a gradient to come, under torch.autocast
         if torch.is_grad_enabled():
@@ -1069,6 +1074,7 @@ class DdpRecorder:
                 "autocast": _autocast_enabled(), "backward": False})
         if self._fwd_buffers is None and (self._in_ddp > 0 or self.ddp is self.module):
             self._fwd_buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+            self._fwd_buffers_first = self._fwds_since_step == 1
         if self.ref is not None:
             self.ref.on_forward(module, inputs)
 
@@ -1258,6 +1264,10 @@ class DdpRecorder:
         bcast = bool(getattr(self.ddp, "broadcast_buffers", False))
         if self._fwd_buffers is not None:
             rec["forward_buffers"] = self._save_state(p + ".fwd", self._fwd_buffers, owned=True, shared=bcast)
+            if self._fwd_buffers_first:
+                # taken at the module's first forward since the last rec.step(): with broadcast_buffers, rank 0's
+                # buffers recorded then (ddpcheck compares them bitwise)
+                rec["forward_buffers_first"] = True
         named = list(self.module.named_parameters())
         grads = {n: (step_grads.get(id(q)) if step_grads is not None else q.grad) for n, q in named}
         rec["grads"] = {self.name(n): self._save("%s.grad.%s" % (p, self.name(n)), g, step_grads is not None, True)
@@ -1310,6 +1320,7 @@ class DdpRecorder:
         self.steps.append(rec)
         self._counts = _fresh_counts()
         self._fwd_buffers = None
+        self._fwds_since_step = 0
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
@@ -1323,6 +1334,11 @@ class DdpRecorder:
                             for n, g in ref.items()}
         rec.update({"ref_rows": why["rows"], "microbatches": why["microbatches"], "autocast": why["autocast"],
                     "ref_loss": why["loss"]})
+        if "loss_ratio" in why:
+            # the loss passed to rec.step() is not the loss module's value: ref_grads is the module's gradient, which
+            # ddpcheck holds the local gradient to only as ref_loss_ratio times it (a pure scaling)
+            rec["ref_loss_ratio"] = why["loss_ratio"]
+            rec["ref_note"] = why["changed"]
         if why.get("objective") == "sum":
             rec["ref_objective"] = "sum"  # the forwards' losses summed (rec.step's loss is their sum): not averaged
 

@@ -675,8 +675,15 @@ class Reference:
                 return None, ("%d forwards but %d targets: pass the loss module you call as loss_fn=, or yb to "
                               "rec.step()" % (len(inputs), len(targets)))
         changed = _changed_loss(user_loss, outputs, len(inputs))
-        if changed:
+        if changed and (len(inputs) != 1 or not outputs[0]):
             return None, changed
+        if changed:
+            # One forward: the loss module's gradient is still computed, with the ratio of the loss the loop passed
+            # to the module's value. ddpcheck tests whether the rank's local gradient is that ratio times this
+            # reference (a loss scaled on this rank: loss-scale-per-rank where the ranks' ratios differ); an added
+            # term (a regularizer) is not a pure scaling and stays unchecked.
+            facts["loss_ratio"] = user_loss / outputs[0]
+            facts["changed"] = changed
         keep = torch.get_rng_state()
         # Only the parameters that require grad (frozen layers of a fine-tuned model have none, in the run too).
         if trainable is None:
