@@ -18,7 +18,10 @@ const std::vector<FaultInfo>& FaultCatalog() {
       {"no-buffer-broadcast", "buffers, step 0", "rank-divergent",
        "broadcast_buffers=False (or a non-DDP wrapper): BatchNorm running stats drift per rank"},
       {"buffer-outside-ddp", "buffers, before step 0", "rank-divergent",
-       "a buffer-only module left outside the wrapper: initialised differently on one rank"},
+       "a buffer-only module left outside the wrapper: initialised differently on one rank; or buffers set on one "
+       "rank only after DDP's constructor broadcast (statistics loaded there) with broadcast_buffers=False (with it, "
+       "DDP broadcasts rank 0's buffers before every forward, and a recorded run whose step-0 forward buffers agree "
+       "passes)"},
       {"no-initial-broadcast", "params, before step 0", "rank-divergent",
        "ranks seeded differently and initial state never broadcast"},
       {"bypass-ddp", "reduced grads, step 0", "rank-divergent",
