@@ -718,6 +718,71 @@ class BucketTaps(_OneRankGroup):
                          {"bn": "BatchNorm1d with running statistics", "drop": "Dropout(p=0.25)",
                           "noisy": "Noisy (its code reads self.training)"})
 
+    def test_the_reference_runs_a_forward_that_makes_float32_tensors_of_its_own(self):
+        """An RNN whose forward starts from torch.zeros(B, H) (pytorch/examples time_sequence_prediction, QA round 11:
+        its reference failed on 'mat1 and mat2 must have the same dtype', so its loss-times-world went unseen): the
+        float64 reference is computed, and it is the float32 run's gradient up to float32 rounding."""
+        class Seq(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.cell, self.out = nn.LSTMCell(1, 6), nn.Linear(6, 1)
+
+            def forward(self, x):
+                h = c = torch.zeros(x.size(0), 6)
+                for t in range(x.size(1)):
+                    h, c = self.cell(x[:, t:t + 1], (h, c))
+                return self.out(h)
+
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(Seq())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        x, y = torch.randn(4, 5), torch.randn(4, 1)
+        opt.zero_grad()
+        nn.MSELoss()(ddp(x), y).backward()
+        grad = ddp.module.out.weight.grad.clone()
+        opt.step()
+        rec.step(torch.arange(4), x, y)
+        rec.close()
+        st = _index(out)["steps"][0]
+        self.assertIn("ref_grads", st, st.get("ref_note"))
+        ref = np.load(os.path.join(out, "rank0", "s0.npz"))["s0.ref.out.weight"]
+        np.testing.assert_allclose(ref, grad.double().numpy(), rtol=1e-5, atol=1e-7)
+        self.assertEqual(torch.get_default_dtype(), torch.float32)
+
+    def test_a_closure_optimizer_step_runs_more_than_once_has_no_reference_of_the_steps_start(self):
+        """LBFGS calls the closure, a forward and backward through DDP, several times inside optimizer.step(), each at
+        the parameters it moved to: the step says why it has no single-process reference (a float64 gradient of the
+        step's starting parameters would be held against gradients of other parameters). SGD's step(closure) calls
+        it once, before the update: its reference is computed."""
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))
+        opt = torch.optim.LBFGS(ddp.parameters(), lr=0.5, max_iter=3)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        for s in range(2):
+            x, y = torch.randn(6, 4), torch.randn(6, 1)
+
+            def closure():
+                opt.zero_grad()
+                loss = nn.MSELoss()(ddp(x), y)
+                loss.backward()
+                return loss
+            loss = opt.step(closure)
+            rec.step(torch.arange(6) + 6 * s, x, y, loss)
+        rec.close()
+        for st in _index(out)["steps"]:
+            self.assertNotIn("ref_grads", st)
+            self.assertIn("inside optimizer.step(), more than once", st["ref_note"])
+        sgd_out = tempfile.mkdtemp()
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=sgd_out, reference=True)
+        loss = opt.step(closure)
+        rec.step(torch.arange(6), x, y, loss)
+        rec.close()
+        self.assertIn("ref_grads", _index(sgd_out)["steps"][0])
+
     def test_micro_batches_with_a_loss_function_take_their_rows_of_yb(self):
         torch.manual_seed(0)
         ddp = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 3)))

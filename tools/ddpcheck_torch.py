@@ -730,7 +730,7 @@ _tap = _protocol.tap
 
 def _fresh_counts():
     """A step's counts of forwards: through DDP, of the module, under autocast, and each training forward's record."""
-    return {"ddp": 0, "module": 0, "autocast": 0, "fwds": []}
+    return {"ddp": 0, "module": 0, "autocast": 0, "fwds": [], "in_step": 0}
 
 
 def _first_grad_tensor(x, depth=0):
@@ -832,6 +832,7 @@ class DdpRecorder:
         self._sched_steps = 0
         self._sched_total = 0
         self._counts = _fresh_counts()
+        self._closure_steps = set()  # steps whose module forwards ran inside optimizer.step() more than once (LBFGS)
         self._fwd_buffers = None
         # forwards of the module since the last rec.step() (zero_grad drops none of them), and whether the forward
         # buffers were taken at the first: then nothing but the loop itself changed the buffers in between
@@ -1033,6 +1034,7 @@ class DdpRecorder:
             if module is self.ddp:
                 self._on_ddp_forward(module, inputs)
             if module is self.module:
+                self._counts["in_step"] += self.step_tap.inside > 0
                 self._on_module_forward(module, inputs)
             elif self.ref is not None and module is self.ref.user_loss:
                 self.ref.on_loss(module, inputs)
@@ -1298,6 +1300,8 @@ class DdpRecorder:
                         # manual scale): the replay, which steps on DDP's reduced gradients, does not know how.
                         self.no_replay.append(CHANGED_GRADS)
                 rec["buckets"].append(e)
+        if self._counts["in_step"] > 1:  # (one call, SGD's or Adam's step(closure), runs at the step's start)
+            self._closure_steps.add(s)
         if self.ref is not None:
             captured = self.ref.take()
             if self._ref_needed is None:
@@ -1324,6 +1328,13 @@ class DdpRecorder:
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
+        if rec["step"] in self._closure_steps:
+            # A closure optimizer.step() calls (LBFGS) evaluates the loss at parameters the optimizer moves between its
+            # calls: no gradient of the step's starting parameters stands for them
+            rec["ref_note"] = ("no single-process reference: the step's forwards ran inside optimizer.step(), more "
+                               "than once (a closure evaluated at parameters the optimizer moves between its calls, "
+                               "as LBFGS does)")
+            return
         ref, why = self.ref.compute(captured, yb, rec.get("loss"))
         rec.pop("ref_note", None)
         if ref is None:

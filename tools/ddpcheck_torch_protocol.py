@@ -280,6 +280,7 @@ class StepTap:
         self.fingerprint = fingerprint
         self.last = None  # the latest fingerprints (at mark() or after an optimizer.step())
         self.edited_before = set()  # ids of params changed before an optimizer.step() since the last take()
+        self.inside = 0  # optimizer.step() calls under way (a closure's forwards run inside one: LBFGS)
         self.lrs_explained = self._lrs()  # the lrs the recorder's start or a given scheduler's step() set
         self.lr_edit = None  # (lrs explained, lrs at the step) of the first lr set otherwise since the last take()
         original = opt.step
@@ -301,7 +302,11 @@ class StepTap:
                 self.grads = buckets.grads_at_step(params)
             else:
                 self.grads = {id(p): p.grad.detach().clone() for p in params if p.grad is not None}
-            out = original(*args, **kwargs)
+            self.inside += 1
+            try:
+                out = original(*args, **kwargs)
+            finally:
+                self.inside -= 1
             if self.fingerprint is not None:
                 self.last = self._take(params)
             return out
@@ -723,27 +728,45 @@ class Reference:
             with torch.no_grad():
                 self.loss.load_state_dict(self.user_loss.state_dict())
         for k, ((args, rng, kwargs, settings, buffers), y) in enumerate(zip(inputs, targets)):
-            with torch.no_grad():
-                self.model.load_state_dict(start)
-                for n, b in self.model.named_buffers():
-                    if n in buffers and buffers[n].shape == b.shape:
-                        b.copy_(buffers[n])
-            _apply_settings(self.model, settings)
-            if isinstance(self.loss, nn.Module) and k < len(loss_settings):
-                loss_plain, loss_state = loss_settings[k]
-                _apply_settings(self.loss, loss_plain)
-                if loss_state is not None:
-                    with torch.no_grad():
-                        self.loss.load_state_dict(loss_state)  # (float values into the float64 copy)
-            torch.set_rng_state(rng)
-            loss = self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
-            self.last_loss = float(loss.detach())
-            self.losses.append(self.last_loss)
+            def forward():
+                with torch.no_grad():
+                    self.model.load_state_dict(start)
+                    for n, b in self.model.named_buffers():
+                        if n in buffers and buffers[n].shape == b.shape:
+                            b.copy_(buffers[n])
+                _apply_settings(self.model, settings)
+                if isinstance(self.loss, nn.Module) and k < len(loss_settings):
+                    loss_plain, loss_state = loss_settings[k]
+                    _apply_settings(self.loss, loss_plain)
+                    if loss_state is not None:
+                        with torch.no_grad():
+                            self.loss.load_state_dict(loss_state)  # (float values into the float64 copy)
+                torch.set_rng_state(rng)
+                return self.loss(self.model(*_to64(args), **_to64(kwargs)), _to64(y))
             # backward() into the copy's own .grad, not torch.autograd.grad: reentrant activation checkpointing
             # (torch.utils.checkpoint's default in 1.13) supports only the former.
             for q in params.values():
                 q.grad = None
-            loss.backward()
+            try:
+                loss = forward()
+                loss.backward()
+            except RuntimeError as e:
+                # A forward that makes float32 tensors of its own (an RNN's zero state, torch.zeros(B, H)) meets
+                # the float64 copy's: again with float64 as torch's default dtype, only where dtypes clashed (a
+                # forward drawing torch.randn(...) itself draws other numbers in float64 than the run in float32)
+                if not any(w in str(e) for w in ("dtype", "scalar type", "type (")):
+                    raise
+                for q in params.values():
+                    q.grad = None
+                default = torch.get_default_dtype()
+                torch.set_default_dtype(torch.float64)
+                try:
+                    loss = forward()
+                    loss.backward()  # (a reentrant checkpoint runs the forward again in the backward)
+                finally:
+                    torch.set_default_dtype(default)
+            self.last_loss = float(loss.detach())
+            self.losses.append(self.last_loss)
             for n, q in params.items():
                 if q.grad is not None:
                     total[n] += q.grad
