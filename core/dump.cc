@@ -1,12 +1,14 @@
 #include "core/dump.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -187,6 +189,55 @@ Status MergeRowsSeen(const nlohmann::json& ds, const Tensor& x, const Tensor& y,
     std::copy_n(y.data.begin() + row * yw, yw, data->y.data.begin() + row * yw);
   }
   return Status::Ok();
+}
+
+// The first dataset row that two ranks recorded (rows_seen) with different values, and how many such rows: every
+// rank trains on one dataset, so a row that differs between ranks is data that differs (targets from a model loaded
+// on one rank only, preprocessing per rank). Only ranks whose recorder saw rows drawn again and none of them change
+// take part: with augmentation or values sampled per draw, a row differs from draw to draw on one rank too. A rank
+// whose dataset files cannot be read or have another shape is left out (the scenario's reading reports those).
+std::optional<TorchDump::DatasetConflict> FindDatasetConflict(const TorchDump& d) {
+  std::vector<std::pair<Tensor, Tensor>> data(d.ranks.size());
+  std::vector<std::pair<int, size_t>> owner;  // per row: (rank, index into data) of the first rank that drew it
+  std::optional<TorchDump::DatasetConflict> out;
+  for (size_t k = 0; k < d.ranks.size(); ++k) {
+    const auto& r = d.ranks[k];
+    if (!r.index.contains("dataset") || !r.index.at("dataset").is_object()) continue;
+    const auto& ds = r.index.at("dataset");
+    if (ds.value("rows_redrawn", int64_t{0}) <= 0 || ds.value("rows_changed", int64_t{1}) != 0) continue;
+    if (!ds.contains("x") || !ds.at("x").is_string() || !ds.contains("y") || !ds.at("y").is_string()) continue;
+    const auto rows = ds.value("rows_seen", std::vector<int64_t>{});
+    if (rows.empty()) continue;
+    auto& [x, y] = data[k];
+    DumpTensorFiles tensors(r.dir);
+    if (!tensors.Read(ds.at("x").get<std::string>(), &x).ok() || !tensors.Read(ds.at("y").get<std::string>(), &y).ok() ||
+        x.shape.empty() || y.shape.empty() || x.shape[0] != y.shape[0]) {
+      continue;
+    }
+    const int64_t n = x.shape[0], xw = n ? x.numel() / n : 0, yw = n ? y.numel() / n : 0;
+    if (owner.size() < static_cast<size_t>(n)) owner.resize(static_cast<size_t>(n), {-1, 0});
+    for (int64_t row : rows) {
+      if (row < 0 || row >= n) continue;
+      auto& own = owner[static_cast<size_t>(row)];
+      if (own.first < 0) {
+        own = {r.rank, k};
+        continue;
+      }
+      const auto& [ox, oy] = data[own.second];
+      if (ox.shape != x.shape || oy.shape != y.shape) continue;
+      for (const auto& [name, mine, theirs, width] : {std::tuple{"x", &x, &ox, xw}, std::tuple{"y", &y, &oy, yw}}) {
+        const double* a = mine->data.data() + row * width;
+        const double* b = theirs->data.data() + row * width;
+        int64_t e = 0;
+        while (e < width && std::memcmp(a + e, b + e, sizeof(double)) == 0) ++e;
+        if (e == width) continue;
+        if (!out) out = TorchDump::DatasetConflict{r.rank, own.first, row, e, 0, name, a[e], b[e]};
+        ++out->rows;
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 // Loads the tensors of a {name: file} object into the trace at (step, checkpoint, prefix + name, rank).
@@ -919,6 +970,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
       }
     }
   }
+  out->dataset_conflict = FindDatasetConflict(*out);
   if ((autocast_only && !replay_autocast) || any_not_possible || out->uneven_join) {
     for (const auto& reason : reasons) {
       out->replay_unsupported += (out->replay_unsupported.empty() ? "" : "; ") + reason;

@@ -4,6 +4,7 @@
 // state and data, sampler, DDP options, optimizer, schedulers, precision).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,16 @@ struct TorchDump {
   // Buffers that differed between ranks at the recorder's start but were every rank's rank 0's at step 0's forward
   // (broadcast_buffers: DDP broadcast them before any forward used them); their init is read as rank 0's.
   std::vector<std::string> init_buffers_rebroadcast;
+  // A dataset row two ranks recorded with different values, where each rank's rows are its dataset's (the recorder
+  // saw rows drawn again and none changed: no augmentation or sampling per draw). The first such row, at its first
+  // differing element; `rows` counts the rows that differ.
+  struct DatasetConflict {
+    int rank = 0, first_rank = 0;
+    int64_t row = 0, element = 0, rows = 0;
+    std::string tensor;  // "x" or "y"
+    double got = 0, want = 0;
+  };
+  std::optional<DatasetConflict> dataset_conflict;
 };
 
 // Reads and validates DIR. Errors (exit 2) name the file: a missing rank ("DIR/rank1/index.json: not found:

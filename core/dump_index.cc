@@ -433,7 +433,9 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                     {{"x", Is::kString, true},
                                      {"y", Is::kString, true},
                                      {"complete", Is::kBool},
-                                     {"rows_seen", Is::kIntArray}}));
+                                     {"rows_seen", Is::kIntArray},
+                                     {"rows_redrawn", Is::kInt},
+                                     {"rows_changed", Is::kInt}}));
   }
   if (ix.contains("error")) {
     DDPCHECK_RETURN_IF_ERROR(

@@ -127,6 +127,7 @@ struct ProtocolRecords {
   std::string buckets_note, reference_note;
   std::string comm_hook;  // the user's DDP communication hook, by name ("" for DDP's own all-reduce)
   std::vector<std::string> init_buffers_rebroadcast;  // TorchDump's: said in the report
+  std::optional<TorchDump::DatasetConflict> dataset_conflict;  // TorchDump's
   // The submodules whose forward depends on train/eval mode, and why (BatchNorm with running statistics, Dropout
   // with p > 0, a class whose code reads self.training): only their modes must agree between ranks. nullopt when the
   // recorder did not say (an older one): every submodule's mode must agree.

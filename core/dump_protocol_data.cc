@@ -629,6 +629,36 @@ void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding
   }
 }
 
+// Every rank trains on one dataset: a row two ranks recorded with different values is data that differs
+// (core::FindDatasetConflict, only where each rank's rows did not change from draw to draw).
+void CheckDataset(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  if (!r.dataset_conflict) return;
+  const auto& c = *r.dataset_conflict;
+  int64_t step = 0;  // the first step at which the later rank drew the row
+  for (const auto& rank : r.ranks) {
+    if (rank.rank != c.rank) continue;
+    for (const auto& st : rank.steps) {
+      if (std::find(st.indices.begin(), st.indices.end(), c.row) != st.indices.end()) {
+        step = st.step;
+        break;
+      }
+    }
+  }
+  Mismatch m;
+  m.key = {step, Checkpoint::kSampler, "dataset." + c.tensor, c.rank};
+  m.kind = "rank-divergent";
+  m.against = fmt::format("rank {}", c.first_rank);
+  m.index = c.element;
+  m.got = c.got;
+  m.want = c.want;
+  m.message = fmt::format("dataset row {} as rank {} recorded it differs from rank {}'s: {}[{}] element {} is {} "
+                          "against {} ({} row(s) drawn by more than one rank differ; each rank drew its rows the same "
+                          "every time)", c.row, c.rank, c.first_rank, c.tensor, c.row, c.element, c.got, c.want, c.rows);
+  f->push_back({m, "dataset-per-rank",
+                m.message + ": the ranks train on different data (targets computed by a model loaded on one rank "
+                            "only, preprocessing or a dataset file that differs per rank)", 0});
+}
+
 }  // namespace
 
 void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -643,6 +673,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         "were rank 0's there (broadcast_buffers: DDP broadcast them before any forward used them, so no rank "
         "computed with its own)", names));
   }
+  CheckDataset(r, out, f);
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);

@@ -188,6 +188,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
   try {
     out->world = dump.world;
     out->init_buffers_rebroadcast = dump.init_buffers_rebroadcast;
+    out->dataset_conflict = dump.dataset_conflict;
     ParseDType(ix.value("dtype", std::string("float32")), &out->dtype);
     for (const auto& p : ix.at("params")) {
       ProtocolParam pp;

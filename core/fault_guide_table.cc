@@ -143,6 +143,13 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "loss = loss_fn(out, y) * (len(y) / global_batch)  # len(y) differs on the last, shorter shard\n"
        "loss.backward()",
        "loss = loss_fn(out, y)  # the same scale on every rank; DDP averages over ranks\nloss.backward()"},
+      {"dataset-per-rank",
+       "a dataset row (an input or its target) holds other values on one rank than on another: each rank trains on "
+       "other data, so the averaged gradient is no single process's",
+       "build the data the same on every rank: load a teacher or a preprocessing state on every rank (or load it on "
+       "rank 0 and broadcast it) before computing targets, and give a per-rank random state only to augmentation",
+       "teacher = Net()\nif rank == 0:\n    teacher.load_state_dict(torch.load(\"teacher.pt\"))\ntargets = teacher(x)",
+       "teacher = Net()\nteacher.load_state_dict(torch.load(\"teacher.pt\"))  # on every rank\ntargets = teacher(x)"},
       {"scheduler-one-rank",
        "the learning rate differs between ranks from some step on: parameters drift apart although the gradients "
        "are averaged",
@@ -170,6 +177,10 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "one rank scales its loss (so its local gradients) by a different factor than the others; the protocol "
        "check's least-squares scale of that rank's local gradient against its float64 single-process gradient is "
        "off while the other ranks' is 1"},
+      {"dataset-per-rank", "rank-divergent", "sampler (dataset rows), the first step a rank drew a differing row",
+       "a dataset row recorded by two ranks holds different values while each rank drew its rows the same every "
+       "time (no augmentation or sampling per draw): a teacher or a preprocessing state loaded on one rank only, or "
+       "a dataset file that differs per rank"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

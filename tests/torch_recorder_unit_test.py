@@ -136,6 +136,17 @@ class Rows(unittest.TestCase):
         self.assertEqual(rows.seen().tolist(), [0, 2, 3])
         self.assertTrue(torch.equal(rows.tensor(5), torch.tensor([[0.0, 0.5], [0, 0], [9.0, 9.5], [3.0, 3.5], [0, 0]])))
 
+    def test_rows_drawn_again_are_counted_and_so_are_those_whose_value_changed(self):
+        # The protocol check compares the rows two ranks drew only where no row changed from draw to draw on either
+        # (augmentation, values sampled per draw): core/dump.cc FindDatasetConflict.
+        rows = ddpcheck_torch._Rows("xb")
+        rows.put(0, np.array([2, 0]), torch.tensor([[2.0, 2.5], [0.0, 0.5]]))
+        self.assertEqual((rows.redrawn, rows.changed), (0, 0))
+        rows.put(1, np.array([3, 2]), torch.tensor([[3.0, 3.5], [2.0, 2.5]]))  # row 2 again, the same
+        self.assertEqual((rows.redrawn, rows.changed), (1, 0))
+        rows.put(2, np.array([0, 2, 0]), torch.tensor([[0.0, 0.5], [2.0, 2.25], [0.0, 0.5]]))  # row 2 changed
+        self.assertEqual((rows.redrawn, rows.changed), (4, 1))
+
     def test_what_is_not_one_tensor_of_rows_of_one_shape_drops_the_rows_with_a_reason(self):
         cases = {
             "a tuple": [(torch.zeros(2, 3, dtype=torch.int64), torch.tensor([3, 2]))],

@@ -556,6 +556,10 @@ class _Rows:
         self._batches = {}  # batch id -> [the batch's copy, how many of its rows are the latest of their index]
         self.first = None  # the first dataset row seen (its batch gives the rows' shape and dtype)
         self.note = None  # why the rows are not kept (then nothing more is): not one tensor of rows of one shape
+        # rows drawn again by a later batch, and of them those whose value changed (augmentation, sampled actions):
+        # a rank's rows are its dataset's only where none changed
+        self.redrawn = 0
+        self.changed = 0
 
     def _unusable(self, batch, rows):
         """Why `batch` cannot be kept as the rows `rows` of one dataset tensor, or None."""
@@ -590,6 +594,12 @@ class _Rows:
         if self.first is None:
             self.first = int(rows[0])
         copy = torch.as_tensor(batch).detach().clone()
+        again = np.nonzero(self._bid[rows] >= 0)[0]
+        if again.size:  # rows an earlier batch showed: the same values, or the data changes from draw to draw
+            before = torch.stack([self._batches[int(self._bid[rows[j]])][0][int(self._pos[rows[j]])] for j in again])
+            differ = (before != copy[torch.from_numpy(again)]).reshape(again.size, -1).any(1)
+            self.redrawn += int(again.size)
+            self.changed += int(differ.sum())
         unique = np.unique(rows).size == rows.size
         if unique:  # the common case: one pass, and only the batches it takes rows from are looked at
             old = self._bid[rows]
@@ -1441,7 +1451,9 @@ class DdpRecorder:
                     self.no_replay.append(note)
             if x is not None:
                 ix["dataset"] = {"x": self._save("dataset.x", x), "y": self._save("dataset.y", y),
-                                 "complete": seen.size == n, "rows_seen": seen.tolist()}
+                                 "complete": seen.size == n, "rows_seen": seen.tolist(),
+                                 "rows_redrawn": self.x_rows.redrawn,
+                                 "rows_changed": self.x_rows.changed + self.y_rows.changed}
         batch = (os.path.join(self.dir, self._archive), self._entries, self._files, self._shared)
         self._entries, self._files, self._archive_bytes, self._shared = [], [], 0, set()
         self._writer.close(batch, len(self.steps))  # every file is on disk before the index that names them
