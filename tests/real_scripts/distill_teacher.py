@@ -13,6 +13,7 @@ ddp.module in the middle of each epoch. Checked by the protocol check alone (Dro
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import ddpcheck_torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import ddpcheck_torch  # noqa: E402
 
 F_IN, C = 10, 4
 
