@@ -465,20 +465,22 @@ CompareResult CheckRankInvariants(const Trace& trace) {
   return result;
 }
 
-bool BitwiseAgrees(const Trace& got, const Trace& want) {
-  if (!got.events().empty()) return false;
+bool BitwiseAgrees(const Trace& got, const Trace& want, std::string* why) {
+  if (!got.events().empty()) {
+    if (why) *why = "the run has events";
+    return false;
+  }
   bool any = false;
   for (const auto& [key, value] : got.records()) {
     if (key.checkpoint == Checkpoint::kBucket) continue;
-    const Tensor* w = want.Find(key);
-    if (!w) {
-      TraceKey all = key;
-      all.rank = kAllRanks;
-      w = want.Find(all);
+    const Tensor* w = want.FindOrAllRanks(key);
+    if (!w || !BitwiseEqual(value, *w)) {
+      if (why) *why = key.ToString() + (w ? ": differs" : ": no value in the other trace");
+      return false;
     }
-    if (!w || !BitwiseEqual(value, *w)) return false;
     any = true;
   }
+  if (!any && why) *why = "the run recorded no value";
   return any;
 }
 
@@ -515,19 +517,9 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   for (auto it = got.records().lower_bound(from); it != got.records().end() && it->first.step <= range.last_step; ++it) {
     const auto& [key, value] = *it;
     if (key.checkpoint == Checkpoint::kBucket) continue;  // layouts are checked across ranks, not vs reference
-    const Tensor* w = want.Find(key);
-    if (!w) {
-      TraceKey all = key;
-      all.rank = kAllRanks;
-      w = want.Find(all);
-    }
+    const Tensor* w = want.FindOrAllRanks(key);
     if (!w) continue;
-    const Tensor* bound = bounds.Find(key);
-    if (!bound) {
-      TraceKey all = key;
-      all.rank = kAllRanks;
-      bound = bounds.Find(all);
-    }
+    const Tensor* bound = bounds.FindOrAllRanks(key);
     const Compared* last = jobs.empty() ? nullptr : &jobs[jobs[jobs.size() - 1].computed];
     const bool repeat = last && last->key.step == key.step && last->key.checkpoint == key.checkpoint &&
                         last->key.tensor == key.tensor && last->want == w && last->bound == bound &&

@@ -100,8 +100,9 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy);
 // True when `got` holds at least one record, every record of it (bucket contents and layouts aside) has a
 // counterpart in `want` (the same key, or the same step, checkpoint and tensor for all ranks) bitwise equal to
-// it (dtype, shape, bits), and it has no events: such a run did exactly what `want` did.
-bool BitwiseAgrees(const Trace& got, const Trace& want);
+// it (dtype, shape, bits), and it has no events: such a run did exactly what `want` did. `why`: where not, the
+// first record that differs (or what else stands in the way).
+bool BitwiseAgrees(const Trace& got, const Trace& want, std::string* why = nullptr);
 // The same with element-wise bounds (reference/error_bounds.h): where `bounds` holds the key of `want` (same
 // shape), element i of a floating, non-exact value passes when |got_i - want_i| <= kBoundSafety * bound_i;
 // elsewhere `policy` decides, with `policy_step` in place of the key's step when >= 0 (a step-local replay

@@ -26,12 +26,6 @@ double RelDiff(const Tensor& a, const Tensor& b) {
   return den == 0 ? num : num / den;
 }
 
-const Tensor* FindAny(const Trace& t, TraceKey k) {
-  if (const Tensor* v = t.Find(k)) return v;
-  k.rank = kAllRanks;
-  return t.Find(k);
-}
-
 std::string FirstParam(const TorchDump& d) {
   const auto& params = d.ranks[0].index.at("params");
   return params.empty() ? std::string("?") : params[0].at("name").get<std::string>();
@@ -65,7 +59,7 @@ std::optional<DumpFinding> BypassDdp(const TorchDump& d, const Trace* ref) {
       std::string evidence;
       const Tensor* got = d.trace.Find({s, Checkpoint::kReduced, p, r.rank});
       const Tensor* local = ref && got ? ref->Find({s, Checkpoint::kLocalGrad, p, r.rank}) : nullptr;
-      const Tensor* reduced = ref && got ? FindAny(*ref, {s, Checkpoint::kReduced, p, r.rank}) : nullptr;
+      const Tensor* reduced = ref && got ? ref->FindOrAllRanks({s, Checkpoint::kReduced, p, r.rank}) : nullptr;
       if (local && reduced && d.world > 1) {
         const double to_local = RelDiff(*got, *local), to_reduced = RelDiff(*got, *reduced);
         evidence = fmt::format(" Its {} gradient differs from the replay's local gradient of rank {} by {:.2g} "
@@ -158,7 +152,7 @@ std::optional<DumpFinding> LossScale(const TorchDump& d, const Trace* ref) {
     double diff = 0, norm = 0;
     bool reduced_known = true;
     for (size_t p = 0; p < got.size() && reduced_known; ++p) {
-      const Tensor* want = FindAny(*ref, {s, Checkpoint::kReduced, names[p], 0});
+      const Tensor* want = ref->FindOrAllRanks({s, Checkpoint::kReduced, names[p], 0});
       reduced_known = want != nullptr && want->data.size() == got[p]->data.size();
       for (size_t i = 0; reduced_known && i < want->data.size(); ++i) {
         diff += (got[p]->data[i] - want->data[i]) * (got[p]->data[i] - want->data[i]);

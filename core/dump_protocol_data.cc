@@ -631,7 +631,7 @@ void CheckGradsAfterReduce(const ProtocolRecords& r, std::vector<ProtocolFinding
 
 // Every rank trains on one dataset: a row two ranks recorded with different values is data that differs
 // (core::FindDatasetConflict, only where each rank's rows did not change from draw to draw).
-void CheckDataset(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+void CheckDataset(const ProtocolRecords& r, std::vector<ProtocolFinding>* f) {
   if (!r.dataset_conflict) return;
   const auto& c = *r.dataset_conflict;
   int64_t step = 0;  // the first step at which the later rank drew the row
@@ -673,7 +673,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         "were rank 0's there (broadcast_buffers: DDP broadcast them before any forward used them, so no rank "
         "computed with its own)", names));
   }
-  CheckDataset(r, out, f);
+  CheckDataset(r, f);
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);

@@ -33,6 +33,22 @@ Grads FromMap(const std::map<std::string, Tensor>& m) {
   return out;
 }
 
+// Whether the step all-reduced each bucket once: a step that reduced one more than once (a synced backward per
+// micro-batch) has no bucket holding its local gradient (from the second backward on, a bucket starts from the
+// grads the first all-reduce left).
+bool ReducedOnce(const ProtocolStep& st) {
+  std::set<int64_t> seen;
+  for (const auto& b : st.buckets) {
+    if (!seen.insert(b.index).second) return false;
+  }
+  return true;
+}
+
+// A rank's local gradient at a step: its local buckets, or its grads where the recorder saw no bucket.
+Grads LocalGrads(const ProtocolRecords& r, const ProtocolStep& st) {
+  return st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
+}
+
 // <got, ref> / <ref, ref> over every parameter both hold: the factor a scaling mistake multiplies by.
 double Scale(const Grads& got, const Grads& ref) {
   double num = 0, den = 0;
@@ -314,13 +330,9 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         // to the module's gradient only as that ratio times it, where it is exactly that (compared across ranks
         // below); otherwise the loop added terms the reference does not know, and the step is not checked.
         complete = false;
-        std::set<int64_t> seen;
-        bool once = true;
-        for (const auto& b : st.buckets) once = seen.insert(b.index).second && once;
         std::optional<ScaledRank> x;
-        if (!locals_unknown && once && !st.autocast && st.microbatches == 1) {
-          x = PureScaling(u, st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false), FromMap(st.ref_grads),
-                          *st.ref_loss_ratio);
+        if (!locals_unknown && ReducedOnce(st) && !st.autocast && st.microbatches == 1) {
+          x = PureScaling(u, LocalGrads(r, st), FromMap(st.ref_grads), *st.ref_loss_ratio);
         }
         if (!x) {
           note_missing(rank, st, st.ref_note + (st.ref_note.empty() ? "" : "; ") +
@@ -357,18 +369,14 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                                             *st.ref_loss, b), 5});
         }
       }
-      // A step that all-reduced a bucket more than once (a synced backward per micro-batch) has no bucket
-      // holding its local gradient: from the second backward on, a bucket starts from the grads the first
-      // all-reduce left. Its reduced gradient (the last all-reduce's) is still compared below.
-      std::set<int64_t> seen;
-      bool once = true;
-      for (const auto& b : st.buckets) once = seen.insert(b.index).second && once;
-      if (!once) {
+      // A bucket all-reduced more than once (ReducedOnce): no local gradient to compare; the step's reduced gradient
+      // (the last all-reduce's) is still compared below.
+      if (!ReducedOnce(st)) {
         several_reductions = step_several = true;
         continue;
       }
       if (locals_unknown) continue;  // the grads hold the all-reduced gradient: compared below
-      const Grads got = st.buckets.empty() ? FromMap(st.grads) : FromBuckets(r, st, false);
+      const Grads got = LocalGrads(r, st);
       local.push_back(Compare(r, st.step, Checkpoint::kLocalGrad, rank.rank, got, ref,
                               st.ref_rows + max_numel + r.world, st.autocast, out));
       ranks.push_back(rank.rank);

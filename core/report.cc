@@ -65,8 +65,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
   };
   auto want_of = [&](const TraceKey& key, const Tensor& value) -> const Tensor* {
     if (key.rank == kAllRanks || key.checkpoint == Checkpoint::kBucket) return nullptr;
-    const Tensor* w = want.Find(key);
-    if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, kAllRanks});
+    const Tensor* w = want.FindOrAllRanks(key);
     return w && w->shape == value.shape ? w : nullptr;
   };
   std::vector<Measured> measured;

@@ -178,6 +178,12 @@ void Trace::AddEvent(TraceEvent event) {
   events_.push_back(std::move(event));
 }
 
+const Tensor* Trace::FindOrAllRanks(TraceKey key) const {
+  if (const Tensor* v = Find(key)) return v;
+  key.rank = kAllRanks;
+  return Find(key);
+}
+
 const Tensor* Trace::Find(const TraceKey& key) const {
   auto it = records_.find(key);
   return it == records_.end() ? nullptr : it->second.get();

@@ -110,6 +110,9 @@ class Trace {
   Trace TakeSteps(int64_t last_step);
   // nullptr when absent. Not synchronised with Add: read after the run.
   const Tensor* Find(const TraceKey& key) const;
+  // key's record, or else the one of the same (step, checkpoint, tensor) for all ranks (a trace that records a
+  // value once for every rank, as the reference does); nullptr when neither is there.
+  const Tensor* FindOrAllRanks(TraceKey key) const;
   const std::map<TraceKey, SharedTensor>& records() const { return records_; }
   const std::vector<TraceEvent>& events() const { return events_; }
 

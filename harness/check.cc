@@ -64,7 +64,7 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
                             StepLocalApplies(&*s, opts.got.kind, got.trace, *scenario_policy, /*oracle_is_reference=*/true);
   // The CPU world computes each step as the scenario's reference does (the same kernels; DDP's average in Gloo's
   // ring order, reference/trainer.cc): a world bitwise equal to it at every checkpoint did exactly what the
-  // single process did, and needs no replay. Its reference comes first; the replay runs where the two differ.
+  // single process did, and needs no replay. Its reference comes first; the replay below runs where they differ.
   const bool reference_first = replay_first && opts.got.kind == SourceKind::kSim;
   if (replay_first && !reference_first) {
     StampPolicy(*scenario_policy, &got.trace);
@@ -80,10 +80,6 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
     DDPCHECK_RETURN_IF_ERROR(st);
   }
   const bool bitwise = reference_first && core::BitwiseAgrees(got.trace, want.trace);
-  if (reference_first && !bitwise) {
-    StampPolicy(*scenario_policy, &got.trace);
-    DDPCHECK_RETURN_IF_ERROR(replay(*scenario_policy));
-  }
   const core::TolerancePolicy policy =
       scenario_policy ? *scenario_policy : PolicyFromMeta(got.trace, want.trace);
   if (s) {

@@ -33,23 +33,12 @@ core::Trace RunWorld(const core::Scenario& s, const std::string& comm) {
   return trace;
 }
 
-// The first record of `got` whose value is not bitwise `want`'s, for the failure message.
-std::string FirstDifference(const core::Trace& got, const core::Trace& want) {
-  for (const auto& [key, value] : got.records()) {
-    if (key.checkpoint == core::Checkpoint::kBucket) continue;
-    const core::Tensor* w = want.Find(key);
-    if (!w) w = want.Find({key.step, key.checkpoint, key.tensor, core::kAllRanks});
-    if (!w) return key.ToString() + ": no reference value";
-    if (!core::BitwiseEqual(value, *w)) return key.ToString() + ": differs";
-  }
-  return "none";
-}
-
 void ExpectBitwise(const core::Scenario& s, const std::string& what, const std::string& comm = "local") {
   const core::Trace world = RunWorld(s, comm);
   core::Trace ref;
   ASSERT_TRUE(ref::RunReference(core::OracleScenario(s), &ref).ok()) << what;
-  EXPECT_TRUE(core::BitwiseAgrees(world, ref)) << what << ": first difference " << FirstDifference(world, ref);
+  std::string why;
+  EXPECT_TRUE(core::BitwiseAgrees(world, ref, &why)) << what << ": " << why;
 }
 
 core::Scenario Shipped(const std::string& name) {
