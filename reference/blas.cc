@@ -1,5 +1,7 @@
 #include "reference/blas.h"
 
+#include "reference/gemm_small.h"
+
 #include <dlfcn.h>
 
 #include <climits>
@@ -55,6 +57,7 @@ const Backend& TheBackend() {
     set_threads(1);
     r.use = true;
     r.name = std::string("openblas ") + get_config();
+    if (SmallGemmAvailable()) r.name += "; batch-row products: ddpcheck avx512 (reference/gemm_small.h)";
 #else
     r.name = "eigen (built without a BLAS)";
 #endif
@@ -95,6 +98,7 @@ bool BlasTakes(int64_t m, int64_t n, int64_t k) {
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float beta, float* c) {
 #if DDPCHECK_HAVE_BLAS
+  if (BlasTakes(m, n, k) && SmallGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c)) return true;
   return Gemm<float>(sgemm_, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c);
 #else
   return false;
