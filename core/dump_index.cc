@@ -13,7 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kStringArray, kWholeNumber, kNumberArray, kNumberMap, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
+enum class Is { kString, kInt, kNumber, kBool, kObject, kArray, kStringMap, kIntArray, kStringArray, kWholeNumber, kNumberArray, kNumberMap, kScalarMap, kNumberOrNull, kIntOrNull, kArrayOrNull, kStringOrNull, kObjectOrNull };
 
 bool Matches(const json& v, Is is) {
   switch (is) {
@@ -62,6 +62,12 @@ bool Matches(const json& v, Is is) {
         if (!item.value().is_number()) return false;
       }
       return true;
+    case Is::kScalarMap:
+      if (!v.is_object()) return false;
+      for (const auto& item : v.items()) {
+        if (!item.value().is_number() && !item.value().is_boolean() && !item.value().is_string()) return false;
+      }
+      return true;
   }
   return false;
 }
@@ -85,6 +91,7 @@ const char* Describe(Is is) {
     case Is::kWholeNumber: return "must be a whole number";
     case Is::kStringArray: return "must be an array of strings";
     case Is::kNumberMap: return "must be an object of name -> number";
+    case Is::kScalarMap: return "must be an object of name -> number, bool or string";
   }
   return "";
 }
@@ -203,6 +210,7 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
                                    {"ref_note", Is::kString},
                                    {"ref_loss_ratio", Is::kNumber},
                                    {"forward_buffers_first", Is::kBool},
+                                   {"loss_state", Is::kScalarMap},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},
                                    {"buckets", Is::kArray}}));

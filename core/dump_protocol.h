@@ -2,6 +2,8 @@
 // ANY nn.Module, from what tools/ddpcheck_torch.py records (its comm hook's per-bucket local and reduced
 // gradients, the optimizer's inputs, the float64 single-process reference gradient), without replaying the
 // model. Per step and rank:
+//   loss        what parameterises the loss (a loss module's settings and tensors, a loss function's closure) the
+//               same on every rank (loss-per-rank);
 //   sampler     a DistributedSampler's seed, num_replicas and rank agree with the world (sampler-seed-per-rank);
 //   bypass      a rank stepped its optimizer with gradients but DDP reduced no bucket (bypass-ddp);
 //   buckets     bucket assignment and order against torch's algorithm for the parameters and bucket_cap_mb
@@ -64,6 +66,9 @@ struct ProtocolStep {
   // that forward was the module's first since the last rec.step() (the recorder's forward_buffers_first)
   std::map<std::string, Tensor> forward_buffers, buffers;
   bool forward_buffers_first = false;
+  // What parameterised the loss at rec.step() (the recorder's loss_state: name -> number, bool or string); nullopt
+  // where the recorder did not take it (an older one, a loss named by a string)
+  std::optional<std::map<std::string, nlohmann::json>> loss_state;
   std::vector<double> lrs;  // each group's lr at the optimizer step
   // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
   // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.

@@ -44,6 +44,10 @@ bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs);
 // The single-process reference check (core/dump_protocol_ref.cc).
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
+// Everything that parameterises the loss (ProtocolStep::loss_state) the same on every rank at each step
+// (core/dump_protocol_loss.cc).
+void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+
 // Each step's forward buffers against rank 0's after the step before, with broadcast_buffers
 // (core/dump_protocol_buffers.cc).
 void CheckBufferBroadcast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);

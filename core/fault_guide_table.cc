@@ -150,6 +150,17 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "rank 0 and broadcast it) before computing targets, and give a per-rank random state only to augmentation",
        "teacher = Net()\nif rank == 0:\n    teacher.load_state_dict(torch.load(\"teacher.pt\"))\ntargets = teacher(x)",
        "teacher = Net()\nteacher.load_state_dict(torch.load(\"teacher.pt\"))  # on every rank\ntargets = teacher(x)"},
+      {"loss-per-rank",
+       "the loss is built with other settings on one rank than on another (a pos_weight or class weights counted on "
+       "the rank's own shard, a distillation alpha or temperature, label smoothing set per rank): each rank "
+       "minimises another loss, so the averaged gradient is no single process's",
+       "compute pos_weight (or class weights) from the whole dataset, or all_reduce the counts before building the "
+       "loss; set alpha, temperature and label smoothing from values that do not depend on the rank",
+       "pos = y_shard.sum()  # this rank's shard only\n"
+       "loss_fn = nn.BCEWithLogitsLoss(pos_weight=(len(y_shard) - pos) / pos)",
+       "counts = torch.stack([y_shard.sum(), torch.tensor(len(y_shard))]).float()\n"
+       "dist.all_reduce(counts)  # the whole dataset's counts, on every rank\n"
+       "loss_fn = nn.BCEWithLogitsLoss(pos_weight=(counts[1] - counts[0]) / counts[0])"},
       {"scheduler-one-rank",
        "the learning rate differs between ranks from some step on: parameters drift apart although the gradients "
        "are averaged",
@@ -181,6 +192,11 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "a dataset row recorded by two ranks holds different values while each rank drew its rows the same every "
        "time (no augmentation or sampling per draw): a teacher or a preprocessing state loaded on one rank only, or "
        "a dataset file that differs per rank"},
+      {"loss-per-rank", "rank-divergent", "loss (the loss's settings), the first step they differ",
+       "what parameterises the loss (the recorder's loss_state: a loss module's plain settings, buffers, parameters "
+       "and tensor attributes such as pos_weight or weight; a loss function's closure variables, defaults, globals "
+       "and functools.partial arguments) differs between ranks at a step: a pos_weight or class weights computed "
+       "from the rank's own shard, an alpha set per rank"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

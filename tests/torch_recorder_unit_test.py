@@ -194,6 +194,92 @@ class _WithCriterion(nn.Module):
 
 
 
+ALPHA = 0.25  # a global a loss function reads (the recorder's loss_state takes it)
+CALLS = 0  # a global a loss function counts its calls in (not a setting: left out)
+
+
+def _global_loss(out, y):
+    global CALLS
+    CALLS += 1
+    return ALPHA * nn.functional.mse_loss(out, y)
+
+
+class _KD:
+    """A distillation loss as a plain class with a method (not a module)."""
+    def __init__(self, alpha):
+        self.alpha, self.rank, self.calls = alpha, 1, 0
+
+    def loss(self, s, y):
+        self.calls += 1
+        return self.alpha * nn.functional.mse_loss(s, y)
+
+
+class LossState(unittest.TestCase):
+    """What parameterises the loss, as the recorder takes it at each step (ddpcheck compares it between ranks)."""
+
+    def _state(self, loss_fn, model=None):
+        return ddpcheck_torch._protocol.loss_state(loss_fn, model or nn.Linear(2, 2), ddpcheck_torch._tensor_digest)
+
+    def test_a_loss_module_gives_its_settings_and_tensors(self):
+        st = self._state(nn.BCEWithLogitsLoss(pos_weight=torch.tensor([2.5])))
+        self.assertEqual(st, {"attr:reduction": "mean", "attr:pos_weight": "tensor float32[1] [2.5]"})
+        w = torch.arange(20, dtype=torch.float32)
+        st = self._state(nn.CrossEntropyLoss(weight=w, label_smoothing=0.1))
+        self.assertEqual(st["attr:label_smoothing"], 0.1)
+        self.assertEqual(st["attr:ignore_index"], -100)
+        self.assertEqual(st["attr:weight"], "tensor float32[20] crc %s" % ddpcheck_torch._tensor_digest(w))
+        self.assertNotEqual(self._state(nn.CrossEntropyLoss(weight=w + 1))["attr:weight"], st["attr:weight"])
+        self.assertIsNone(self._state("mse"))
+
+    def test_submodules_are_followed_but_not_the_model_nor_a_network_s_tensors(self):
+        model = nn.Linear(4, 2)
+        teacher = nn.Linear(1100, 1000)  # more than a million elements: its settings only
+
+        class KD(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ce, self.model, self.teacher, self.T, self.count = nn.CrossEntropyLoss(), model, teacher, 2.0, 0
+
+            def forward(self, s, y):
+                self.count += 1  # set by its own forward: a counter, not a setting
+                return self.ce(s / self.T, y)
+
+        teacher.temperature = 3.0
+        st = self._state(KD(), model)
+        self.assertEqual(st["attr:T"], 2.0)
+        self.assertEqual(st["attr:ce.reduction"], "mean")
+        self.assertEqual(st["attr:teacher.temperature"], 3.0)
+        self.assertFalse([k for k in st if k.startswith("attr:model") or k.startswith("attr:teacher.weight")], st)
+        self.assertNotIn("attr:count", st)
+
+    def test_a_function_gives_its_closure_defaults_globals_and_partial_arguments(self):
+        import functools
+        model = nn.Linear(4, 2)
+
+        def make(alpha, T, rank, device, seed):
+            calls = 0
+
+            def kd(s, y, beta=0.1, *, gamma=2):
+                nonlocal calls
+                calls += 1  # a counter the function keeps: left out
+                return alpha * nn.functional.mse_loss(model(s.to(device)) / T, y.to(rank)) + beta + gamma + seed
+
+            return kd
+
+        kd = make(0.5, torch.tensor(4.0), 1, "cuda:1", 7)
+        st = self._state(kd, model)
+        self.assertEqual(st, {"closure:alpha": 0.5, "closure:T": "tensor float32[] [4.0]", "default:beta": 0.1,
+                              "default:gamma": 2})
+        st = self._state(functools.partial(kd, beta=0.3), model)
+        self.assertEqual(st["partial:beta"], 0.3)
+        self.assertEqual(st["closure:alpha"], 0.5)
+        st = self._state(lambda o, y, w=(1.0, 2.0): nn.functional.mse_loss(o, y))
+        self.assertEqual(st, {"default:w": "(1.0, 2.0)"})
+        self.assertEqual(self._state(_global_loss), {"global:ALPHA": 0.25})  # not CALLS, which it counts in
+        self.assertEqual(self._state(_KD(0.7).loss), {"self:alpha": 0.7})  # not rank, nor calls it counts
+        self.assertEqual(self._state(nn.functional.mse_loss), {})
+
+
 class _OneRankGroup(unittest.TestCase):
     """A gloo process group of one rank (W=1) around the class's tests."""
 

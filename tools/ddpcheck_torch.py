@@ -87,6 +87,11 @@ def _device_hash(t):
     return int(flat.view(as_int).sum(dtype=torch.int64))
 
 
+def _tensor_digest(t):
+    """A tensor's checksum as text: the CRC-32 of its bytes on the CPU, its _device_hash elsewhere."""
+    return "%08x" % _crc32(_raw_bytes(t)) if t.device.type == "cpu" else "sum %x" % _device_hash(t)
+
+
 def _isal_crc32():
     """ISA-L's CRC-32 (libisal.so.2, Debian's libisal2: the zip/zlib polynomial with carry-less multiplies, about
     ten times zlib's speed here) as f(crc, address, size), or None where the library is absent."""
@@ -821,6 +826,7 @@ class DdpRecorder:
         self.no_replay = []  # why this run can only be checked by protocol
         self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
         self.loss = self._describe(lambda: describe_loss(loss_fn), None)
+        self._loss_fn = loss_fn  # its settings, taken at every step (loss_state: the ranks must agree)
         self.optimizer = self._describe(lambda: _optimizer(optimizer), None)
         self.sched = self._describe(lambda: [_scheduler(s) for s in self.schedulers], [])
         if sampler is None:
@@ -1242,6 +1248,9 @@ class DdpRecorder:
                # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
                "autocast": self._counts["autocast"] > 0}
         rec.update(edited)
+        state = self._loss_state()
+        if state is not None:
+            rec["loss_state"] = state
         trained = [f for f in self._counts["fwds"] if f["backward"]]  # the forwards a backward went through
         if trained:  # the ranks must agree (BatchNorm in eval or a backbone unfrozen on one rank, a penalty forward)
             rec["eval_modules"] = trained[0]["eval"]
@@ -1335,6 +1344,14 @@ class DdpRecorder:
         self._counts = _fresh_counts()
         self._fwd_buffers = None
         self._fwds_since_step = 0
+
+    def _loss_state(self):
+        """What parameterises the loss now (_protocol.loss_state), or None: a loss named by a string, or one the
+        walk failed on (that step is then not compared; training goes on)."""
+        try:
+            return _protocol.loss_state(self._loss_fn, self.module, _tensor_digest)
+        except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
+            return None
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""

@@ -11,7 +11,10 @@ Works for any nn.Module: nothing here needs to understand the model.
 """
 import collections
 import copy
+import dis
+import functools
 import math
+import re
 import threading
 import types
 import weakref
@@ -519,16 +522,22 @@ def _holds_state(module):
 _MODULE_OWN = None
 
 
-def _settings(module):
-    """Each submodule's train/eval mode and plain settings (attributes holding an int, float, bool or str that
-    torch's Module does not keep itself: a temperature, a loss weight) as they are now."""
+def _module_own():
+    """The attributes torch's Module keeps itself (its hooks, its parameter and buffer dicts), but its mode."""
     global _MODULE_OWN
     if _MODULE_OWN is None:
         _MODULE_OWN = set(vars(nn.Module())) - {"training"}
+    return _MODULE_OWN
+
+
+def _settings(module):
+    """Each submodule's train/eval mode and plain settings (attributes holding an int, float, bool or str that
+    torch's Module does not keep itself: a temperature, a loss weight) as they are now."""
     if not isinstance(module, nn.Module):
         return None
+    own = _module_own()
     return [None if isinstance(m, torch.jit.ScriptModule) else
-            {k: v for k, v in vars(m).items() if k not in _MODULE_OWN and type(v) in (bool, int, float, str)}
+            {k: v for k, v in vars(m).items() if k not in own and type(v) in (bool, int, float, str)}
             for m in module.modules()]
 
 
@@ -543,6 +552,195 @@ def _apply_settings(copy_, settings):
         for k, v in (s or {}).items():
             if type(vars(m).get(k)) is type(v):
                 vars(m)[k] = v
+
+
+# What loss_state() takes of a loss: a tensor of at most LOSS_TENSOR_LIMIT elements (a larger one, and every
+# tensor of a network of more elements than that in all, such as a teacher, is left out: hashed at every step it
+# would cost more than the step), at most LOSS_TENSOR_BUDGET elements in all, at most LOSS_ITEMS values, through
+# at most LOSS_DEPTH levels of modules, functions and objects. A tensor of at most LOSS_SHOWN elements is recorded
+# by its values, a larger one by a checksum.
+LOSS_TENSOR_LIMIT = 1 << 20
+LOSS_TENSOR_BUDGET = 4 << 20
+LOSS_ITEMS = 256
+LOSS_DEPTH = 4
+LOSS_SHOWN = 8
+# Values that differ between ranks by design and are no setting of the loss: an int or a str named after the rank,
+# its device or its seed (y.to(rank), a per-rank seed for sampling), and a device string ("cuda:1").
+_PER_RANK_NAME = re.compile(r"rank|gpu|device|cuda|seed", re.I)
+_DEVICE_STR = re.compile(r"^(cpu|cuda|xpu|mps|hpu|npu|meta)(:\d+)?$")
+_WRITTEN = {}  # id(code) -> (code, names the code itself stores to: a counter or an accumulator, not a setting)
+
+
+def _written(code):
+    """The global, nonlocal and attribute names a function's code assigns (its own and its nested code's)."""
+    hit = _WRITTEN.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    names, todo = set(), [code]
+    while todo:
+        c = todo.pop()
+        names |= {i.argval for i in dis.get_instructions(c) if i.opname in (
+            "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "DELETE_GLOBAL", "DELETE_DEREF")}
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    _WRITTEN[id(code)] = (code, names)
+    return names
+
+
+def _code_globals(code):
+    """The global names a function's code (and its nested code: a comprehension, a lambda) reads."""
+    names, todo = [], [code]
+    while todo:
+        c = todo.pop()
+        names += c.co_names
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return names
+
+
+def _library(f):
+    """Whether f is torch's, numpy's or Python's own (F.cross_entropy): no setting of the user's in it."""
+    mod = getattr(f, "__module__", None) or ""
+    return mod.split(".")[0] in ("torch", "numpy", "builtins", "functools", "math", "operator", "_operator")
+
+
+def loss_state(loss_fn, model, digest):
+    """{name: value} of everything that parameterises the loss now (the recorder's loss_state, compared between
+    ranks at each step: a pos_weight or class weights from a rank's own shard, a distillation alpha set per rank).
+    For an nn.Module: its plain settings (int, float, bool, str attributes; not its train/eval mode), its buffers,
+    parameters and tensor attributes, over its submodules. For a function, lambda, functools.partial or bound
+    method: the numbers, bools, strings and tensors in its closure cells, its defaults, the globals its code reads,
+    the partial's arguments and keywords, the bound object's attributes (modules and functions among them are
+    followed the same way). Left out: the trained model (any module holding its parameters), names the function
+    itself assigns (global or nonlocal counters; attributes its code sets), ints and strs named after the rank,
+    device or seed, device strings, and tensors over the limits above. Names say where a value came from:
+    "attr:pos_weight", "attr:kd.T", "closure:alpha", "global:alpha", "default:T", "partial:alpha",
+    "partial:args[0]", "self:alpha". A tensor is "tensor <dtype>[<shape>] [values]" or "... crc <digest>";
+    a non-finite float its repr. digest(tensor) is the checksum. None for a loss named by a string."""
+    if loss_fn is None or isinstance(loss_fn, str):
+        return None
+    trained = {id(q) for q in model.parameters()}
+    seen, out, budget = set(), {}, [LOSS_TENSOR_BUDGET]
+
+    def put(name, v):
+        if name not in out and len(out) < LOSS_ITEMS:
+            out[name] = v
+
+    def value(name, v, depth, tensors=True, skip=()):
+        leaf = name.rsplit(".", 1)[-1].split(":")[-1]
+        if leaf in skip:
+            return
+        if type(v) in (bool, int, str, float) or isinstance(v, np.generic) and v.size == 1:
+            v = v.item() if isinstance(v, np.generic) else v
+            if type(v) in (int, str) and _PER_RANK_NAME.search(leaf) or type(v) is str and (
+                    _DEVICE_STR.match(v) or len(v) > 200):
+                return
+            put(name, v if type(v) is not float or math.isfinite(v) else repr(v))
+        elif isinstance(v, (tuple, list)) and 0 < len(v) <= 64 and all(type(e) in (bool, int, float) for e in v):
+            put(name, repr(tuple(v)))  # class weights as a list of floats; repr of a float is exact
+        elif torch.is_tensor(v):
+            if not tensors or id(v) in trained or v.numel() > LOSS_TENSOR_LIMIT or v.numel() > budget[0] or \
+                    v.layout != torch.strided:
+                return
+            budget[0] -= v.numel()
+            head = "tensor %s%s" % (str(v.dtype).replace("torch.", ""), list(v.shape))
+            if v.numel() <= LOSS_SHOWN:
+                put(name, "%s %r" % (head, [x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+                                             for x in v.detach().reshape(-1).tolist()]))
+            else:
+                put(name, "%s crc %s" % (head, digest(v)))
+        elif depth < LOSS_DEPTH and id(v) not in seen:
+            if isinstance(v, nn.Module):
+                module(name + ".", v, depth + 1, tensors)
+            elif callable(v) and not isinstance(v, type):
+                function(name, v, depth + 1, tensors)
+
+    sizes = {}
+
+    def size(m):
+        """The elements of m's own tensors and of its submodules that are no network (LOSS_TENSOR_LIMIT)."""
+        if id(m) not in sizes:
+            sizes[id(m)] = 0  # (a module that holds itself)
+            own = sum(t.numel() for t in list(m._parameters.values()) + list(m._buffers.values())
+                      if t is not None and id(t) not in trained)
+            sizes[id(m)] = own + sum(n for n in (size(c) for c in m.children()) if n <= LOSS_TENSOR_LIMIT)
+        return sizes[id(m)]
+
+    def module(prefix, m, depth, tensors=True):
+        seen.add(id(m))
+        params = [id(q) for q in m.parameters()]
+        if params and all(q in trained for q in params) or isinstance(m, torch.jit.ScriptModule):
+            return  # the model itself (a loss holding it for a penalty: DDP keeps it equal) or compiled
+        # a network (a teacher, a perceptual loss's backbone) has its settings recorded only; a loss holding one
+        # still has its own tensors and its other submodules' recorded
+        tensors = tensors and size(m) <= LOSS_TENSOR_LIMIT
+        fwd = getattr(type(m).forward, "__code__", None)
+        skip = _written(fwd) if fwd is not None else ()  # attributes its forward sets (a counter)
+        own = _module_own()
+        for k, v in vars(m).items():
+            if k not in own and k != "training" and not k.startswith("__"):
+                value(prefix + k, v, depth, tensors, skip)
+        for k, t in list(m._parameters.items()) + list(m._buffers.items()):
+            if t is not None:
+                value(prefix + k, t, depth, tensors, skip)
+        for k, c in m._modules.items():
+            if c is not None and id(c) not in seen:
+                module(prefix + k + ".", c, depth + 1, tensors)
+
+    def function(name, f, depth, tensors=True):
+        seen.add(id(f))
+        sub = (name + ".") if name else ""
+        if isinstance(f, functools.partial):
+            for i, a in enumerate(f.args):
+                value("%spartial:args[%d]" % (sub, i), a, depth, tensors)
+            for k, a in f.keywords.items():
+                value("%spartial:%s" % (sub, k), a, depth, tensors)
+            if id(f.func) not in seen:
+                function(name, f.func, depth, tensors)
+            return
+        if isinstance(f, types.MethodType):
+            if isinstance(f.__self__, nn.Module):
+                if id(f.__self__) not in seen:
+                    module(sub + "self:", f.__self__, depth, tensors)
+            else:
+                self_vars(sub + "self:", f.__self__, depth, tensors, f.__func__)
+            f = f.__func__
+        code = getattr(f, "__code__", None)
+        if code is None:  # a callable object of the user's (a class with __call__)
+            call = getattr(type(f).__call__, "__code__", None)
+            if not isinstance(f, types.BuiltinFunctionType) and not _library(type(f)):
+                self_vars(sub + "self:", f, depth, tensors, type(f).__call__ if call is not None else None)
+            return
+        if _library(f):
+            return
+        skip = _written(code)
+        for var, cell in zip(code.co_freevars, f.__closure__ or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            value(sub + "closure:" + var, v, depth, tensors, skip)
+        params = code.co_varnames[:code.co_argcount]
+        for var, v in zip(params[len(params) - len(f.__defaults__ or ()):], f.__defaults__ or ()):
+            value(sub + "default:" + var, v, depth, tensors)
+        for var, v in (f.__kwdefaults__ or {}).items():
+            value(sub + "default:" + var, v, depth, tensors)
+        g = getattr(f, "__globals__", {})
+        for var in _code_globals(code):
+            if var in g and not isinstance(g[var], types.ModuleType):
+                value(sub + "global:" + var, g[var], depth, tensors, skip)
+
+    def self_vars(prefix, obj, depth, tensors, method):
+        seen.add(id(obj))
+        code = getattr(method, "__code__", None)
+        skip = _written(code) if code is not None else ()
+        for k, v in (vars(obj) if hasattr(obj, "__dict__") else {}).items():
+            if not k.startswith("__"):
+                value(prefix + k, v, depth, tensors, skip)
+
+    if isinstance(loss_fn, nn.Module):
+        module("attr:", loss_fn, 0)
+    else:
+        function("", loss_fn, 0)
+    return out
 
 
 # What the reference captured of one step: every forward (args, RNG state, kwargs, settings, buffers), the targets

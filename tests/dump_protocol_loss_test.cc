@@ -1,0 +1,118 @@
+// CheckProtocol's loss-settings check (core/dump_protocol_loss.cc): the recorder's loss_state must be the same on
+// every rank at each step. A pos_weight or an alpha that differs is loss-per-rank at the first step it differs,
+// naming the rank outside the largest group and both values; settings that change over the steps the same on
+// every rank (a temperature schedule) pass; a rank number captured by the loss (y.to(rank)) is no setting; a
+// recording without loss_state (an older recorder) is not checked for it.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+
+#include "core/dump_protocol.h"
+
+namespace ddpcheck::core {
+namespace {
+
+Tensor F64(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
+
+// W ranks whose gradients all agree (one parameter "w"), `steps` steps; state(rank, step) is that step's loss_state
+// (nullopt: not recorded).
+ProtocolRecords World(int world, int steps,
+                      const std::function<std::optional<nlohmann::json>(int, int)>& state) {
+  ProtocolStep agreed;  // every rank's step but for its loss_state
+  agreed.buckets_recorded = true;
+  agreed.buckets = {{0, {0}, F64({1, 2, 3}), F64({1, 2, 3})}};
+  agreed.grads["w"] = F64({1, 2, 3});
+  ProtocolRecords r;
+  r.world = world;
+  r.dtype = DType::kFloat64;
+  r.params = {{"w", 3, DType::kFloat64, true}};
+  r.ranks.resize(static_cast<size_t>(world));
+  for (int k = 0; k < world; ++k) {
+    r.ranks[k].rank = k;
+    r.ranks[k].steps.assign(static_cast<size_t>(steps), agreed);
+    for (int s = 0; s < steps; ++s) {
+      r.ranks[k].steps[s].step = s;
+      if (auto js = state(k, s)) r.ranks[k].steps[s].loss_state = js->get<std::map<std::string, nlohmann::json>>();
+    }
+  }
+  return r;
+}
+
+TEST(ProtocolLoss, APosWeightPerShardIsLossPerRankAtStepZero) {
+  const auto res = CheckProtocol(World(2, 3, [](int k, int) {
+    return nlohmann::json{{"attr:reduction", "mean"},
+                          {"attr:pos_weight", k == 0 ? "tensor float32[1] [2.5]" : "tensor float32[1] [3.0]"}};
+  }));
+  ASSERT_TRUE(res.diagnosis);
+  EXPECT_EQ(res.diagnosis->pattern, "loss-per-rank");
+  ASSERT_TRUE(res.result.first);
+  EXPECT_EQ(res.result.first->key.step, 0);
+  EXPECT_EQ(res.result.first->key.rank, 1);
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLoss);
+  EXPECT_EQ(res.result.first->key.tensor, "loss_fn.pos_weight");
+  EXPECT_NE(res.result.first->message.find("attribute pos_weight is tensor float32[1] [2.5] on rank 0, "
+                                           "tensor float32[1] [3.0] on rank 1"), std::string::npos)
+      << res.result.first->message;
+}
+
+TEST(ProtocolLoss, AClosureAlphaOnOneRankNamesThatRankAndBothValues) {
+  // three ranks, rank 2's alpha differs from step 2 on (the two others agree): rank 2 at step 2
+  const auto res = CheckProtocol(World(3, 4, [](int k, int s) {
+    return nlohmann::json{{"closure:alpha", k == 2 && s >= 2 ? 0.7 : 0.5}, {"closure:T", 2.0}};
+  }));
+  ASSERT_TRUE(res.diagnosis);
+  EXPECT_EQ(res.diagnosis->pattern, "loss-per-rank");
+  EXPECT_EQ(res.result.first->key.step, 2);
+  EXPECT_EQ(res.result.first->key.rank, 2);
+  EXPECT_EQ(res.result.first->against, "rank 0");
+  EXPECT_EQ(res.result.first->got, 0.7);
+  EXPECT_EQ(res.result.first->want, 0.5);
+  EXPECT_NE(res.result.first->message.find("closure variable alpha is 0.5 on rank 0, 0.5 on rank 1, 0.7 on rank 2"),
+            std::string::npos)
+      << res.result.first->message;
+}
+
+TEST(ProtocolLoss, EveryRankDifferentNamesRankOneAndCountsTheOtherSettings) {
+  const auto res = CheckProtocol(World(3, 2, [](int k, int) {
+    return nlohmann::json{{"partial:alpha", 0.5 + 0.1 * k}, {"attr:ce.attr:label_smoothing", k == 1 ? 0.1 : 0.0}};
+  }));
+  ASSERT_TRUE(res.diagnosis);
+  EXPECT_EQ(res.result.first->key.rank, 1);
+  EXPECT_EQ(res.result.first->key.tensor, "loss_fn.ce.label_smoothing");  // the first name in order
+  EXPECT_NE(res.result.first->message.find("(1 more setting(s) differ: alpha)"), std::string::npos)
+      << res.result.first->message;
+}
+
+TEST(ProtocolLoss, ASettingPresentOnOneRankOnlyDiffers) {
+  const auto res = CheckProtocol(World(2, 1, [](int k, int) {
+    return k == 0 ? nlohmann::json{{"partial:label_smoothing", 0.1}} : nlohmann::json::object();
+  }));
+  ASSERT_TRUE(res.diagnosis);
+  EXPECT_EQ(res.diagnosis->pattern, "loss-per-rank");
+  EXPECT_NE(res.result.first->message.find("(not recorded) on rank 1"), std::string::npos);
+}
+
+TEST(ProtocolLoss, AScheduleTheSameOnEveryRankARankNumberAndOlderRecordingsPass) {
+  // a temperature annealed every step on every rank, and a closure over the rank's own number (y.to(rank))
+  auto res = CheckProtocol(World(3, 5, [](int k, int s) {
+    return nlohmann::json{{"attr:T", 4.0 / (1 + s)}, {"closure:r", k}};
+  }));
+  EXPECT_TRUE(res.result.pass) << (res.result.first ? res.result.first->message : "");
+  bool said = false;
+  for (const auto& c : res.checked) said = said || c.find("loss's settings") != std::string::npos;
+  EXPECT_TRUE(said);
+  // no loss_state (an older recorder): nothing compared, nothing said
+  res = CheckProtocol(World(2, 2, [](int, int) { return std::nullopt; }));
+  EXPECT_TRUE(res.result.pass);
+  for (const auto& c : res.checked) EXPECT_EQ(c.find("loss's settings"), std::string::npos);
+  // one rank recorded it, the other did not (a walk that failed there): not compared
+  res = CheckProtocol(World(2, 2, [](int k, int) -> std::optional<nlohmann::json> {
+    if (k == 1) return std::nullopt;
+    return nlohmann::json{{"closure:alpha", 0.5}};
+  }));
+  EXPECT_TRUE(res.result.pass);
+}
+
+}  // namespace
+}  // namespace ddpcheck::core
