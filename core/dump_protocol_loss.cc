@@ -4,8 +4,9 @@
 // arguments; tools/ddpcheck_torch_protocol.py loss_state) must be the same on every rank at every step. A
 // pos_weight or class weights computed from a rank's own shard, or an alpha set per rank, give each rank another
 // loss while every gradient still matches its own rank's float64 reference: no other check sees it. Settings that
-// change over the steps the same on every rank (a temperature schedule) agree at each step. A recording without
-// loss_state (an older recorder, or a loss named by a string) is not checked for it.
+// change over the steps the same on every rank (a temperature schedule) agree at each step; a rank's own number
+// (a closure over `rank`) is no setting. A recording without loss_state (an older recorder, or a loss named by a
+// string) is not checked for it.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -51,14 +52,23 @@ std::string Show(const nlohmann::json* v) {
   return v->is_string() ? v->get<std::string>() : v->dump();
 }
 
-// A value every rank holds as its own rank number (a closure over `rank` for y.to(rank)): no setting of the loss.
-bool IsRankNumber(const std::vector<const ProtocolRank*>& at, const std::vector<const nlohmann::json*>& values) {
+// A value every rank holds as its own rank number (a closure over `rank` for y.to(rank)), or a string that is the
+// same on every rank once each rank's number in it is left out (a run name "exp-rank1"): no setting of the loss.
+bool IsPerRankName(const std::vector<const ProtocolRank*>& at, const std::vector<const nlohmann::json*>& values) {
+  bool numbers = true, strings = true;
+  std::string common;
   for (size_t k = 0; k < at.size(); ++k) {
-    if (values[k] == nullptr || !values[k]->is_number_integer() || values[k]->get<int64_t>() != at[k]->rank) {
-      return false;
-    }
+    const nlohmann::json* v = values[k];
+    numbers = numbers && v != nullptr && v->is_number_integer() && v->get<int64_t>() == at[k]->rank;
+    strings = strings && v != nullptr && v->is_string() && !v->get<std::string>().starts_with("tensor ");
+    if (!strings) continue;
+    std::string s = v->get<std::string>();
+    const std::string own = std::to_string(at[k]->rank);
+    for (size_t i = s.find(own); i != std::string::npos; i = s.find(own, i + 1)) s.replace(i, own.size(), "#");
+    strings = k == 0 || s == common;
+    common = s;
   }
-  return true;
+  return numbers || strings;
 }
 
 }  // namespace
@@ -93,7 +103,7 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         if (g == groups.end()) groups.push_back({k});
         else g->push_back(k);
       }
-      if (groups.size() < 2 || IsRankNumber(at, values)) continue;
+      if (groups.size() < 2 || IsPerRankName(at, values)) continue;
       differ.push_back(name);
       if (first) continue;
       const auto most = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {

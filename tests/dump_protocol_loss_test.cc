@@ -1,12 +1,14 @@
 // CheckProtocol's loss-settings check (core/dump_protocol_loss.cc): the recorder's loss_state must be the same on
 // every rank at each step. A pos_weight or an alpha that differs is loss-per-rank at the first step it differs,
 // naming the rank outside the largest group and both values; settings that change over the steps the same on
-// every rank (a temperature schedule) pass; a rank number captured by the loss (y.to(rank)) is no setting; a
-// recording without loss_state (an older recorder) is not checked for it.
+// every rank (a temperature schedule) pass; a rank number captured by the loss (y.to(rank)), or a string that
+// differs only by it, is no setting; a recording without loss_state (an older recorder) is not checked for it.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <optional>
+
+#include <fmt/format.h>
 
 #include "core/dump_protocol.h"
 
@@ -96,7 +98,7 @@ TEST(ProtocolLoss, ASettingPresentOnOneRankOnlyDiffers) {
 TEST(ProtocolLoss, AScheduleTheSameOnEveryRankARankNumberAndOlderRecordingsPass) {
   // a temperature annealed every step on every rank, and a closure over the rank's own number (y.to(rank))
   auto res = CheckProtocol(World(3, 5, [](int k, int s) {
-    return nlohmann::json{{"attr:T", 4.0 / (1 + s)}, {"closure:r", k}};
+    return nlohmann::json{{"attr:T", 4.0 / (1 + s)}, {"closure:r", k}, {"closure:run", fmt::format("exp-r{}", k)}};
   }));
   EXPECT_TRUE(res.result.pass) << (res.result.first ? res.result.first->message : "");
   bool said = false;

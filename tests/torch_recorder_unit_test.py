@@ -257,11 +257,13 @@ class LossState(unittest.TestCase):
         model = nn.Linear(4, 2)
 
         def make(alpha, T, rank, device, seed):
-            calls = 0
+            calls, is_master, log_file = 0, rank == 0, "runs/rank%d.log" % rank
 
             def kd(s, y, beta=0.1, *, gamma=2):
                 nonlocal calls
                 calls += 1  # a counter the function keeps: left out
+                if is_master and calls % 100 == 0:
+                    print(log_file)
                 return alpha * nn.functional.mse_loss(model(s.to(device)) / T, y.to(rank)) + beta + gamma + seed
 
             return kd
@@ -278,6 +280,7 @@ class LossState(unittest.TestCase):
         self.assertEqual(self._state(_global_loss), {"global:ALPHA": 0.25})  # not CALLS, which it counts in
         self.assertEqual(self._state(_KD(0.7).loss), {"self:alpha": 0.7})  # not rank, nor calls it counts
         self.assertEqual(self._state(nn.functional.mse_loss), {})
+        self.assertEqual(self._state(nn.KLDivLoss(log_target=True))["attr:log_target"], True)  # a setting
 
 
 class _OneRankGroup(unittest.TestCase):

@@ -565,8 +565,11 @@ LOSS_ITEMS = 256
 LOSS_DEPTH = 4
 LOSS_SHOWN = 8
 # Values that differ between ranks by design and are no setting of the loss: an int or a str named after the rank,
-# its device or its seed (y.to(rank), a per-rank seed for sampling), and a device string ("cuda:1").
+# its device or its seed (y.to(rank), a per-rank seed for sampling), a bool saying whether this rank logs
+# (is_master, verbose; not KLDivLoss's log_target), a device string ("cuda:1") and a path (a per-rank log file).
 _PER_RANK_NAME = re.compile(r"rank|gpu|device|cuda|seed", re.I)
+_PER_RANK_FLAG = re.compile(r"rank|master|main|leader|chief|primary|verbose|^(do_|should_|is_)?(log|print)(ging)?$",
+                            re.I)
 _DEVICE_STR = re.compile(r"^(cpu|cuda|xpu|mps|hpu|npu|meta)(:\d+)?$")
 _WRITTEN = {}  # id(code) -> (code, names the code itself stores to: a counter or an accumulator, not a setting)
 
@@ -611,7 +614,7 @@ def loss_state(loss_fn, model, digest):
     the partial's arguments and keywords, the bound object's attributes (modules and functions among them are
     followed the same way). Left out: the trained model (any module holding its parameters), names the function
     itself assigns (global or nonlocal counters; attributes its code sets), ints and strs named after the rank,
-    device or seed, device strings, and tensors over the limits above. Names say where a value came from:
+    device or seed, bools saying whether the rank logs, device strings, paths, and tensors over the limits above. Names say where a value came from:
     "attr:pos_weight", "attr:kd.T", "closure:alpha", "global:alpha", "default:T", "partial:alpha",
     "partial:args[0]", "self:alpha". A tensor is "tensor <dtype>[<shape>] [values]" or "... crc <digest>";
     a non-finite float its repr. digest(tensor) is the checksum. None for a loss named by a string."""
@@ -630,8 +633,8 @@ def loss_state(loss_fn, model, digest):
             return
         if type(v) in (bool, int, str, float) or isinstance(v, np.generic) and v.size == 1:
             v = v.item() if isinstance(v, np.generic) else v
-            if type(v) in (int, str) and _PER_RANK_NAME.search(leaf) or type(v) is str and (
-                    _DEVICE_STR.match(v) or len(v) > 200):
+            if type(v) in (int, str) and _PER_RANK_NAME.search(leaf) or type(v) is bool and _PER_RANK_FLAG.search(
+                    leaf) or type(v) is str and (_DEVICE_STR.match(v) or "/" in v or "\\" in v or len(v) > 200):
                 return
             put(name, v if type(v) is not float or math.isfinite(v) else repr(v))
         elif isinstance(v, (tuple, list)) and 0 < len(v) <= 64 and all(type(e) in (bool, int, float) for e in v):
