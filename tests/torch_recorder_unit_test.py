@@ -593,6 +593,40 @@ class BucketTaps(_OneRankGroup):
                 got = _saved(out, st["grads"][name])
                 self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
 
+    def test_the_reference_runs_a_float32_cast_before_the_loss_and_float32_plain_attributes(self):
+        class Smoothed(nn.Module):  # a float32 table held as a plain attribute (no parameter, no buffer)
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(6, 3)
+                self.mix = torch.rand(3, 3)
+
+            def forward(self, x):
+                return self.lin(x) @ self.mix
+
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(Smoothed())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+
+        def loss_fn(out, y):
+            return nn.functional.mse_loss(out.float(), y)  # the AMP idiom: the output cast before the loss
+
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=loss_fn, out_dir=out, reference=True)
+        for s in range(2):
+            opt.zero_grad()
+            x, y = torch.randn(4, 6), torch.randn(4, 3)
+            loss = loss_fn(ddp(x), y)
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+        rec.close()
+        self.assertEqual(torch.Tensor.to.__name__, "to")  # the casts are torch's own again
+        for st in _index(out)["steps"]:
+            self.assertNotIn("ref_note", st)
+            for name, f in st["ref_grads"].items():
+                got = _saved(out, st["grads"][name])
+                self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
+
     def test_training_after_close_is_unchanged_and_keeps_nothing(self):
         def train(record):
             torch.manual_seed(0)

@@ -10,6 +10,7 @@ Works for any nn.Module: nothing here needs to understand the model.
     are reproduced by restoring the RNG state each forward started from).
 """
 import collections
+import contextlib
 import copy
 import dis
 import functools
@@ -456,6 +457,38 @@ def _to64(x):
     return x
 
 
+def _attributes_to64(module):
+    """The floating tensors the copy's modules hold as plain attributes (a graph's edge weights, a cached table:
+    neither parameters nor buffers, so .double() leaves them float32) made float64 like the rest of the copy."""
+    for m in module.modules():
+        for k, v in list(vars(m).items()):
+            if torch.is_tensor(v) and v.is_floating_point() and v.dtype != torch.float64:
+                vars(m)[k] = v.detach().double()
+
+
+@contextlib.contextmanager
+def _float32_casts_kept_float64():
+    """While the float64 reference retries a forward: a float64 tensor cast to float32 (the AMP idiom
+    `loss_fn(out.float(), y)`, `x.to(torch.float32)`) stays float64. The reference computes the user's function
+    in float64; the cast is about the run's precision, and done here it meets float64 targets and weights."""
+    to, to_float = torch.Tensor.to, torch.Tensor.float
+
+    def keep_to(self, *args, **kwargs):
+        out = to(self, *args, **kwargs)
+        if self.dtype == torch.float64 and out.dtype == torch.float32:
+            return to(self, device=out.device)
+        return out
+
+    def keep_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else to_float(self, *args, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.float = keep_to, keep_float
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float = to, to_float
+
+
 def _clone(x):
     if torch.is_tensor(x):
         return x.detach().clone()
@@ -768,6 +801,7 @@ class Reference:
             self.model = None
         if self.model is not None:
             _drop_user_hooks(self.model)
+            _attributes_to64(self.model)
         if isinstance(loss_fn, str):
             loss_fn = _LOSSES[loss_fn]() if loss_fn in _LOSSES else None
         self.loss = copy.deepcopy(loss_fn).double() if isinstance(loss_fn, nn.Module) else loss_fn
@@ -952,18 +986,20 @@ class Reference:
                 loss = forward()
                 loss.backward()
             except RuntimeError as e:
-                # A forward that makes float32 tensors of its own (an RNN's zero state, torch.zeros(B, H)) meets
-                # the float64 copy's: again with float64 as torch's default dtype, only where dtypes clashed (a
+                # A forward that makes float32 tensors of its own (an RNN's zero state, torch.zeros(B, H)) or casts
+                # to float32 (out.float() before the loss) meets the float64 copy's: again with float64 as torch's
+                # default dtype and float32 casts of float64 tensors kept float64, only where dtypes clashed (a
                 # forward drawing torch.randn(...) itself draws other numbers in float64 than the run in float32)
-                if not any(w in str(e) for w in ("dtype", "scalar type", "type (")):
+                if not any(w in str(e) for w in ("dtype", "scalar type", "type (", "Double", "Float")):
                     raise
                 for q in params.values():
                     q.grad = None
                 default = torch.get_default_dtype()
                 torch.set_default_dtype(torch.float64)
                 try:
-                    loss = forward()
-                    loss.backward()  # (a reentrant checkpoint runs the forward again in the backward)
+                    with _float32_casts_kept_float64():
+                        loss = forward()
+                        loss.backward()  # (a reentrant checkpoint runs the forward again in the backward)
                 finally:
                     torch.set_default_dtype(default)
             self.last_loss = float(loss.detach())
