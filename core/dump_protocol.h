@@ -150,6 +150,9 @@ inline constexpr const char* kMeanOfLocalBuckets = "mean of the ranks' local buc
 
 // How tools/ddpcheck_torch.py's reference='auto' notes a step it left to ddpcheck's replay.
 inline constexpr const char* kAutoReferenceNote = "reference='auto': not recomputed, the run is replayed";
+// How the recorder's note begins where the user's module or loss raised in the float64 reference
+// (tools/ddpcheck_torch_protocol.py, Reference.compute).
+inline constexpr const char* kReferenceFailedNote = "single-process reference failed";
 
 // torch's param-group keys (lr, momentum, dampening, weight_decay, nesterov, maximize, betas, eps, amsgrad,
 // alpha, centered, rho, lr_decay, initial_accumulator_value) as an OptimizerSpec of `type` (torch's class
@@ -165,6 +168,9 @@ struct ProtocolResult {
   std::vector<std::string> checked;    // what was checked ("buckets", "reduced = mean of local", ...)
   std::vector<std::string> skipped;    // what was not, and why
   std::string reference;               // which single-process reference was used
+  // The recorder's single-process reference failed at every step it was asked for (the user's model or loss did
+  // not run in float64): its first error. The gradients were then held to nothing but each other.
+  std::string reference_failed;
 };
 
 ProtocolResult CheckProtocol(const ProtocolRecords& records);

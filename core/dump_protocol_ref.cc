@@ -525,6 +525,14 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                         missing_note[rank]);
     }
     out->skipped.push_back("single-process reference at " + at);
+    const bool all_failed = !any && !by_replay && std::all_of(missing_note.begin(), missing_note.end(), [](const auto& n) {
+      return n.second.rfind(kReferenceFailedNote, 0) == 0;
+    });
+    if (all_failed) {
+      const std::string& note = missing_note.begin()->second;  // "single-process reference failed: <error>"
+      const size_t colon = note.find(": ");
+      out->reference_failed = colon == std::string::npos ? note : note.substr(colon + 2);
+    }
   }
   if (!any && !by_replay && missing_steps.empty()) {
     out->skipped.push_back("single-process reference: " + (r.reference_note.empty() ? "not recorded" : r.reference_note));

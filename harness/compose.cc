@@ -97,6 +97,10 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
     report->protocol.not_checked = protocol.skipped;
     report->protocol.reference = protocol.reference;
     if (!c.want) report->against = "its own ranks and the protocol check";
+    if (!c.want && !protocol.reference_failed.empty()) {
+      // A PASS says in its one line that the gradients were not held to a single process.
+      report->against += " (the single-process reference failed at every step: " + protocol.reference_failed + ")";
+    }
   }
   if (c.got->dump) {
     // A recorded run's own evidence rules (core/dump_check.h) and the protocol check's named findings come

@@ -1,0 +1,62 @@
+// CheckProtocol's ProtocolResult::reference_failed: set, with the first error, only where the recorder's float64
+// single-process reference raised at every step of every rank (the user's module or loss did not run in float64),
+// so that a PASS says in its one line that the gradients were held to nothing but each other (harness/compose.cc);
+// empty where some step had a reference, or where the reference was missing for another reason.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/dump_protocol.h"
+
+namespace ddpcheck::core {
+namespace {
+
+Tensor F64(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
+
+// Two ranks, two steps, agreeing gradients; note(rank, step) is that step's ref_note ("" gives it a reference).
+ProtocolRecords World(const std::function<std::string(int, int)>& note) {
+  ProtocolStep agreed;
+  agreed.buckets_recorded = true;
+  agreed.buckets = {{0, {0}, F64({1, 2, 3}), F64({1, 2, 3})}};
+  agreed.grads["w"] = F64({1, 2, 3});
+  ProtocolRecords r;
+  r.world = 2;
+  r.dtype = DType::kFloat64;
+  r.params = {{"w", 3, DType::kFloat64, true}};
+  r.ranks.resize(2);
+  for (int k = 0; k < 2; ++k) {
+    r.ranks[k].rank = k;
+    r.ranks[k].steps.assign(2, agreed);
+    for (int s = 0; s < 2; ++s) {
+      ProtocolStep& st = r.ranks[k].steps[s];
+      st.step = s;
+      st.ref_note = note(k, s);
+      if (st.ref_note.empty()) {
+        st.ref_grads["w"] = F64({1, 2, 3});
+        st.ref_rows = 4;
+      }
+    }
+  }
+  return r;
+}
+
+const std::string kFailed = std::string(kReferenceFailedNote) + ": RuntimeError: Found dtype Double but expected Float";
+
+TEST(ReferenceFailed, AReferenceThatRaisedAtEveryStepIsSaidWithItsError) {
+  const ProtocolResult res = CheckProtocol(World([](int, int) { return kFailed; }));
+  EXPECT_TRUE(res.result.mismatches.empty());
+  EXPECT_EQ(res.reference_failed, "RuntimeError: Found dtype Double but expected Float");
+}
+
+TEST(ReferenceFailed, OneStepWithAReferenceOrAnotherReasonIsNoFailure) {
+  EXPECT_EQ(CheckProtocol(World([](int k, int s) { return k == 1 && s == 1 ? "" : kFailed; })).reference_failed, "");
+  EXPECT_EQ(CheckProtocol(World([](int, int) {
+              return std::string("no forward of the module was seen in this step (a module.<method>() call?)");
+            })).reference_failed,
+            "");
+  EXPECT_EQ(CheckProtocol(World([](int, int) { return std::string(); })).reference_failed, "");
+}
+
+}  // namespace
+}  // namespace ddpcheck::core
