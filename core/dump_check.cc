@@ -326,4 +326,55 @@ std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* r
   return best;
 }
 
+namespace {
+
+// The parameters rank r's recorder saw change outside optimizer.step() at `step` (before it, or after it before
+// rec.step()).
+std::vector<std::string> EditedAt(const TorchDump& d, int rank, int64_t step) {
+  std::vector<std::string> names;
+  for (const auto& r : d.ranks) {
+    if (r.rank != rank || !r.index.contains("steps") || !r.index["steps"].is_array()) continue;
+    for (const auto& st : r.index["steps"]) {
+      if (!st.is_object() || st.value("step", int64_t{-1}) != step) continue;
+      for (const char* key : {"edited_before_step", "edited_after_step"}) {
+        if (!st.contains(key) || !st[key].is_array()) continue;
+        for (const auto& n : st[key]) {
+          if (n.is_string()) names.push_back(n.get<std::string>());
+        }
+      }
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+void NameTheRankThatEdited(const TorchDump& d, Mismatch* m) {
+  static const std::string kTie = "no value is held by most ranks: ";
+  const size_t tie = m->message.find(kTie);
+  if (m->kind != "rank-divergent" || tie == std::string::npos || m->against.rfind("rank ", 0) != 0) return;
+  int other = -1;
+  try {
+    other = std::stoi(m->against.substr(5));
+  } catch (const std::exception&) {
+    return;
+  }
+  const int named = m->key.rank;
+  const std::vector<std::string> by_named = EditedAt(d, named, m->key.step), by_other = EditedAt(d, other, m->key.step);
+  if (by_named.empty() == by_other.empty()) return;  // neither or both: no evidence either way
+  const int editor = by_named.empty() ? other : named;
+  const std::vector<std::string>& names = by_named.empty() ? by_other : by_named;
+  if (editor != named) {
+    std::swap(m->got, m->want);
+    m->key.rank = editor;
+    m->against = "rank " + std::to_string(named);
+  }
+  const size_t end = m->message.find("; ", tie);
+  m->message.replace(tie, end == std::string::npos ? std::string::npos : end - tie,
+                     fmt::format("rank {} changed {} outside optimizer.step() at step {} (the recorder's "
+                                 "edited_before_step / edited_after_step) and rank {} did not: rank {} is the one that "
+                                 "differs",
+                                 editor, fmt::join(names, ", "), m->key.step, editor == named ? other : named, editor));
+}
+
 }  // namespace ddpcheck::core

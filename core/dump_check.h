@@ -31,4 +31,10 @@ struct DumpFinding {
 // `reference` may be null (no replay): the local-gradient evidence is then left out.
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
 
+// A value two ranks hold differently with no majority (one rank against one at W=2) names rank 1 against rank 0,
+// either may be the odd one (CheckRankInvariants). Where the recorder saw exactly one of the two change parameters
+// outside optimizer.step() at that step (edited_before_step / edited_after_step: a max-norm clamp or a p.data edit
+// on rank 0 only), that rank is named, and the message says why; otherwise m is left as it is.
+void NameTheRankThatEdited(const TorchDump& dump, Mismatch* m);
+
 }  // namespace ddpcheck::core

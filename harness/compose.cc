@@ -129,6 +129,7 @@ core::Status Compose(const Composition& c, core::RunReport* report) {
       diagnosis = finding->diagnosis;
     }
   }
+  if (c.got->dump && result.first) core::NameTheRankThatEdited(*c.got->dump, &*result.first);
   report->result = std::move(result);
   report->events = got.events();
   core::FillSeries(got, report);
