@@ -328,10 +328,13 @@ std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* r
 
 namespace {
 
-// The parameters rank r's recorder saw change outside optimizer.step() at `step` (before it, or after it before
-// rec.step()).
-std::vector<std::string> EditedAt(const TorchDump& d, int rank, int64_t step) {
+// What rank r's recorder saw the loop change at `step` that DDP does not: at checkpoint params, the parameters it
+// changed outside optimizer.step() (edited_before_step / edited_after_step); at reduced (the gradients the optimizer
+// saw), its gradients after DDP's all-reduce (a bucket whose all-reduce result the recorder kept apart from the
+// gradients: a clip, a scale or an edit of .grad). Empty when nothing.
+std::string ChangedAt(const TorchDump& d, int rank, int64_t step, Checkpoint at) {
   std::vector<std::string> names;
+  bool grads = false;
   for (const auto& r : d.ranks) {
     if (r.rank != rank || !r.index.contains("steps") || !r.index["steps"].is_array()) continue;
     for (const auto& st : r.index["steps"]) {
@@ -342,17 +345,28 @@ std::vector<std::string> EditedAt(const TorchDump& d, int rank, int64_t step) {
           if (n.is_string()) names.push_back(n.get<std::string>());
         }
       }
+      if (st.contains("buckets") && st["buckets"].is_array()) {
+        for (const auto& b : st["buckets"]) grads = grads || (b.is_object() && b.contains("reduced"));
+      }
     }
   }
-  return names;
+  if (at == Checkpoint::kParams && !names.empty()) {
+    return fmt::format("changed {} outside optimizer.step() at step {} (the recorder's edited_before_step / "
+                       "edited_after_step)", fmt::join(names, ", "), step);
+  }
+  if (at == Checkpoint::kReduced && grads) {
+    return fmt::format("changed its gradients after DDP's all-reduce at step {} (a clip, a scale or an edit of .grad "
+                       "on this rank: the recorder kept the all-reduce's result apart from the gradients the "
+                       "optimizer saw)", step);
+  }
+  return "";
 }
 
 }  // namespace
 
 void NameTheRankThatEdited(const TorchDump& d, Mismatch* m) {
   static const std::string kTie = "no value is held by most ranks: ";
-  const size_t tie = m->message.find(kTie);
-  if (m->kind != "rank-divergent" || tie == std::string::npos || m->against.rfind("rank ", 0) != 0) return;
+  if (m->kind != "rank-divergent" || m->against.rfind("rank ", 0) != 0) return;
   int other = -1;
   try {
     other = std::stoi(m->against.substr(5));
@@ -360,21 +374,25 @@ void NameTheRankThatEdited(const TorchDump& d, Mismatch* m) {
     return;
   }
   const int named = m->key.rank;
-  const std::vector<std::string> by_named = EditedAt(d, named, m->key.step), by_other = EditedAt(d, other, m->key.step);
+  const std::string by_named = ChangedAt(d, named, m->key.step, m->key.checkpoint),
+                    by_other = ChangedAt(d, other, m->key.step, m->key.checkpoint);
   if (by_named.empty() == by_other.empty()) return;  // neither or both: no evidence either way
+  const size_t tie = m->message.find(kTie);
+  if (tie == std::string::npos && by_named.empty()) return;  // most ranks hold the other value: the named rank stands
   const int editor = by_named.empty() ? other : named;
-  const std::vector<std::string>& names = by_named.empty() ? by_other : by_named;
   if (editor != named) {
     std::swap(m->got, m->want);
     m->key.rank = editor;
     m->against = "rank " + std::to_string(named);
   }
+  const std::string why = fmt::format("rank {} {} and rank {} did not: rank {} is the one that differs", editor,
+                                      by_named.empty() ? by_other : by_named, editor == named ? other : named, editor);
+  if (tie == std::string::npos) {
+    m->message += (m->message.empty() ? "" : "; ") + why;
+    return;
+  }
   const size_t end = m->message.find("; ", tie);
-  m->message.replace(tie, end == std::string::npos ? std::string::npos : end - tie,
-                     fmt::format("rank {} changed {} outside optimizer.step() at step {} (the recorder's "
-                                 "edited_before_step / edited_after_step) and rank {} did not: rank {} is the one that "
-                                 "differs",
-                                 editor, fmt::join(names, ", "), m->key.step, editor == named ? other : named, editor));
+  m->message.replace(tie, end == std::string::npos ? std::string::npos : end - tie, why);
 }
 
 }  // namespace ddpcheck::core

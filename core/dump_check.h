@@ -32,9 +32,12 @@ struct DumpFinding {
 std::optional<DumpFinding> FindDumpPattern(const TorchDump& dump, const Trace* reference);
 
 // A value two ranks hold differently with no majority (one rank against one at W=2) names rank 1 against rank 0,
-// either may be the odd one (CheckRankInvariants). Where the recorder saw exactly one of the two change parameters
-// outside optimizer.step() at that step (edited_before_step / edited_after_step: a max-norm clamp or a p.data edit
-// on rank 0 only), that rank is named, and the message says why; otherwise m is left as it is.
+// either may be the odd one (CheckRankInvariants). Where the recorder saw exactly one of the two change what DDP
+// keeps equal at that step, that rank is named and the message says what it did: parameters changed outside
+// optimizer.step() (edited_before_step / edited_after_step: a max-norm clamp or a p.data edit on rank 0 only) for a
+// divergence at params, gradients changed after DDP's all-reduce (clip_grad_norm_ in a rank-0 logging block) for one
+// at reduced. A rank named by majority gets the same explanation where it is the one that did it. Otherwise m is
+// left as it is.
 void NameTheRankThatEdited(const TorchDump& dump, Mismatch* m);
 
 }  // namespace ddpcheck::core

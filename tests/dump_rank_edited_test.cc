@@ -1,7 +1,7 @@
 // core::NameTheRankThatEdited: a two-rank tie (no value held by most ranks names rank 1 against rank 0) is broken by
 // the recorder's evidence that exactly one of the two changed parameters outside optimizer.step() at that step
-// (QA round 14: a max-norm clamp on rank 0 only named rank 1). Both or neither editing, another step's edit, or a
-// divergence that is not a tie leave the mismatch as it was.
+// (QA round 14: a max-norm clamp on rank 0 only named rank 1) or its gradients after the all-reduce (clipping in a
+// rank-0 logging block). Both or neither, another step's edit, or a rank named by majority leave the rank as it was.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -64,10 +64,37 @@ TEST(RankThatEdited, NoEvidenceEitherWayLeavesTheTie) {
   Mismatch other_step = Tie(0);  // the edit was at step 1
   NameTheRankThatEdited(TwoRanks({"fc.weight"}, nullptr), &other_step);
   EXPECT_EQ(other_step.key.rank, 1);
-  Mismatch majority = Tie(1);  // not a tie: nothing to break
+  Mismatch majority = Tie(1);  // named by majority: the other rank's edit does not move it
   majority.message = "";
   NameTheRankThatEdited(TwoRanks({"fc.weight"}, nullptr), &majority);
   EXPECT_EQ(majority.key.rank, 1);
+  EXPECT_EQ(majority.message, "");
+  Mismatch explained = Tie(1);  // named by majority and the one that edited: it says so
+  explained.message = "";
+  NameTheRankThatEdited(TwoRanks(nullptr, {"fc.weight"}), &explained);
+  EXPECT_EQ(explained.key.rank, 1);
+  EXPECT_NE(explained.message.find("rank 1 changed fc.weight"), std::string::npos) << explained.message;
+}
+
+// Gradients changed after the all-reduce on one rank only (the recorder kept that rank's all-reduce result apart
+// from its gradients): a tie at reduced names that rank; a parameter edit says nothing about reduced.
+TEST(RankThatEdited, GradientsChangedAfterTheAllReduceNameTheirRankAtReduced) {
+  TorchDump d = TwoRanks(nullptr, nullptr);
+  d.ranks[0].index["steps"][1]["buckets"] = {{{"index", 0}, {"local", "l.npy"}, {"reduced", "r.npy"}}};
+  d.ranks[1].index["steps"][1]["buckets"] = {{{"index", 0}, {"local", "l.npy"}, {"reduced_is_grads", true}}};
+  Mismatch m = Tie(1);
+  m.key.checkpoint = Checkpoint::kReduced;
+  NameTheRankThatEdited(d, &m);
+  EXPECT_EQ(m.key.rank, 0);
+  EXPECT_NE(m.message.find("rank 0 changed its gradients after DDP's all-reduce at step 1"), std::string::npos)
+      << m.message;
+  Mismatch at_params = Tie(1);  // buckets say nothing of parameters
+  NameTheRankThatEdited(d, &at_params);
+  EXPECT_EQ(at_params.key.rank, 1);
+  Mismatch edit_at_reduced = Tie(1);  // nor a parameter edit of gradients
+  edit_at_reduced.key.checkpoint = Checkpoint::kReduced;
+  NameTheRankThatEdited(TwoRanks({"fc.weight"}, nullptr), &edit_at_reduced);
+  EXPECT_EQ(edit_at_reduced.key.rank, 1);
 }
 
 }  // namespace
