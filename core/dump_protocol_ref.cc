@@ -283,6 +283,13 @@ std::optional<int64_t> LeftOver(const ProtocolRank& rank, size_t s, const Grads&
   return before.step;
 }
 
+// The recorder's note, or, where reference='auto' left a step to ddpcheck's replay and the replay did not run (the run
+// cannot be replayed, or failed before it could), that: not the recorder's expectation that it would.
+std::string Unreplayed(const std::string& note) {
+  if (note.rfind(kAutoReferenceNote, 0) != 0) return note;
+  return "reference='auto' left it to ddpcheck's replay, which did not run (see 'replay:')";
+}
+
 }  // namespace
 
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
@@ -321,7 +328,7 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         continue;
       }
       if (st.ref_grads.empty()) {
-        note_missing(rank, st, st.ref_note);
+        note_missing(rank, st, Unreplayed(st.ref_note));
         complete = false;
         continue;
       }
@@ -535,7 +542,8 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
     }
   }
   if (!any && !by_replay && missing_steps.empty()) {
-    out->skipped.push_back("single-process reference: " + (r.reference_note.empty() ? "not recorded" : r.reference_note));
+    out->skipped.push_back("single-process reference: " +
+                           (r.reference_note.empty() ? "not recorded" : Unreplayed(r.reference_note)));
   }
 }
 

@@ -58,5 +58,19 @@ TEST(ReferenceFailed, OneStepWithAReferenceOrAnotherReasonIsNoFailure) {
   EXPECT_EQ(CheckProtocol(World([](int, int) { return std::string(); })).reference_failed, "");
 }
 
+// reference='auto' leaves a step to ddpcheck's replay; where the replay did not run, the note says so instead of
+// repeating the recorder's expectation that it would (QA round 14: 'replay: skipped' beside 'the run is replayed').
+TEST(ReferenceFailed, AStepLeftToAReplayThatDidNotRunSaysSo) {
+  const std::string auto_note = std::string(kAutoReferenceNote) + ": ddpcheck's own float64 replay is its reference";
+  ProtocolRecords r = World([&](int, int) { return auto_note; });
+  r.replayed = false;
+  const ProtocolResult res = CheckProtocol(r);
+  std::string skipped;
+  for (const auto& s : res.skipped) skipped += s + "\n";
+  EXPECT_NE(skipped.find("left it to ddpcheck's replay, which did not run"), std::string::npos) << skipped;
+  EXPECT_EQ(skipped.find("the run is replayed"), std::string::npos) << skipped;
+  EXPECT_EQ(res.reference_failed, "");
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
