@@ -69,6 +69,9 @@ struct ProtocolStep {
   // What parameterised the loss at rec.step() (the recorder's loss_state: name -> number, bool or string); nullopt
   // where the recorder did not take it (an older one, a loss named by a string)
   std::optional<std::map<std::string, nlohmann::json>> loss_state;
+  // What the module's submodules held that DDP does not broadcast at rec.step() (the recorder's model_state: plain
+  // attribute tensors "attr:<path>", plain settings "settings:<submodule>"); nullopt where not taken
+  std::optional<std::map<std::string, nlohmann::json>> model_state;
   std::vector<double> lrs;  // each group's lr at the optimizer step
   // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
   // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.

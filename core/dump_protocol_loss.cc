@@ -7,6 +7,12 @@
 // change over the steps the same on every rank (a temperature schedule) agree at each step; a rank's own number
 // (a closure over `rank`) is no setting. A recording without loss_state (an older recorder, or a loss named by a
 // string) is not checked for it.
+// The model's half the same way (model_state, tools/ddpcheck_torch_protocol.py model_state): DDP broadcasts
+// parameters and buffers, never what a submodule holds as a plain attribute, so a graph's edge_index, a mask or a
+// lookup table built from a per-rank seed (self.edge_index = ...) gives each rank another model while every
+// gradient matches its own rank's reference (attribute-per-rank). Values that change from step to step on a rank
+// are the loop's data (the last batch's graph), not a setting: they are not compared; an int every rank holds as
+// its own rank number neither.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -26,7 +32,7 @@ std::pair<std::string, std::string> Describe(const std::string& name) {
   static const std::map<std::string, std::string> kinds = {
       {"attr", "attribute"},          {"closure", "closure variable"}, {"global", "global variable"},
       {"default", "default argument"}, {"partial", "functools.partial argument"},
-      {"self", "attribute of the bound object"}};
+      {"self", "attribute of the bound object"}, {"settings", "settings of submodule"}};
   std::string kind, path;
   size_t at = 0;
   while (at <= name.size()) {
@@ -52,10 +58,12 @@ std::string Show(const nlohmann::json* v) {
   return v->is_string() ? v->get<std::string>() : v->dump();
 }
 
-// A value every rank holds as its own rank number (a closure over `rank` for y.to(rank)), or a string that is the
-// same on every rank once each rank's number in it is left out (a run name "exp-rank1"): no setting of the loss.
-bool IsPerRankName(const std::vector<const ProtocolRank*>& at, const std::vector<const nlohmann::json*>& values) {
-  bool numbers = true, strings = true;
+// A value every rank holds as its own rank number (a closure over `rank` for y.to(rank)), or, where `strings`, a
+// string that is the same on every rank once each rank's number in it is left out (a run name "exp-rank1"): no
+// setting of the loss.
+bool IsPerRankName(const std::vector<const ProtocolRank*>& at, const std::vector<const nlohmann::json*>& values,
+                   bool strings) {
+  bool numbers = true;
   std::string common;
   for (size_t k = 0; k < at.size(); ++k) {
     const nlohmann::json* v = values[k];
@@ -71,24 +79,58 @@ bool IsPerRankName(const std::vector<const ProtocolRank*>& at, const std::vector
   return numbers || strings;
 }
 
-}  // namespace
+using State = std::optional<std::map<std::string, nlohmann::json>>;
 
-void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+// What one state check compares and how it names what it finds.
+struct StateCheck {
+  State ProtocolStep::*state;
+  Checkpoint checkpoint;
+  const char* prefix;       // of the finding's tensor name: "loss_fn."
+  const char* pattern;
+  const char* differs;      // "the loss differs between ranks: its"
+  const char* explanation;  // after the message
+  const char* checked;
+  bool strings_per_rank;    // a string that differs only by each rank's number is no setting
+  bool data_exempt;         // a name whose value changes between steps on one rank is data the loop sets
+};
+
+// The names whose value changes from one step to another on some rank: what the loop sets every step (the last
+// batch's graph, a logged loss), not a setting built once.
+std::set<std::string> ChangingNames(const ProtocolRecords& r, const StateCheck& c) {
+  std::set<std::string> changing;
+  for (const auto& rank : r.ranks) {
+    std::map<std::string, const nlohmann::json*> last;
+    for (const auto& st : rank.steps) {
+      if (!(st.*c.state)) continue;
+      for (const auto& [name, v] : *(st.*c.state)) {
+        const auto [it, fresh] = last.emplace(name, &v);
+        if (!fresh && *it->second != v) changing.insert(name);
+        it->second = &v;
+      }
+    }
+  }
+  return changing;
+}
+
+void CheckState(const ProtocolRecords& r, const StateCheck& c, ProtocolResult* out,
+                std::vector<ProtocolFinding>* f) {
   bool checked = false;
+  const std::set<std::string> changing = c.data_exempt ? ChangingNames(r, c) : std::set<std::string>{};
   for (size_t s = 0; s < MaxSteps(r); ++s) {
-    const auto at = RanksAt(r, s, [](const ProtocolStep& st) { return st.loss_state.has_value(); });
+    const auto at = RanksAt(r, s, [&](const ProtocolStep& st) { return (st.*c.state).has_value(); });
     if (at.size() < 2) continue;
     checked = true;
     std::set<std::string> names;
     for (const auto* rank : at) {
-      for (const auto& [name, v] : *rank->steps[s].loss_state) names.insert(name);
+      for (const auto& [name, v] : *(rank->steps[s].*c.state)) names.insert(name);
     }
     std::vector<std::string> differ;
     std::optional<ProtocolFinding> first;
     for (const auto& name : names) {
+      if (changing.contains(name)) continue;
       std::vector<const nlohmann::json*> values;
       for (const auto* rank : at) {
-        const auto& state = *rank->steps[s].loss_state;
+        const auto& state = *(rank->steps[s].*c.state);
         const auto it = state.find(name);
         values.push_back(it == state.end() ? nullptr : &it->second);
       }
@@ -103,7 +145,7 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         if (g == groups.end()) groups.push_back({k});
         else g->push_back(k);
       }
-      if (groups.size() < 2 || IsPerRankName(at, values)) continue;
+      if (groups.size() < 2 || IsPerRankName(at, values, c.strings_per_rank)) continue;
       differ.push_back(name);
       if (first) continue;
       const auto most = std::max_element(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
@@ -119,7 +161,7 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       }
       if (at.size() > 4) each += fmt::format(", ... ({} ranks)", at.size());
       Mismatch m;
-      m.key = {at[odd]->steps[s].step, Checkpoint::kLoss, "loss_fn." + path, at[odd]->rank};
+      m.key = {at[odd]->steps[s].step, c.checkpoint, c.prefix + path, at[odd]->rank};
       m.kind = "rank-divergent";
       m.against = fmt::format("rank {}", at[base]->rank);
       if (values[odd] && values[base] && values[odd]->is_number() && values[base]->is_number()) {
@@ -128,8 +170,8 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
         m.abs_err = std::abs(m.got - m.want);
         m.rel_err = m.want != 0 ? m.abs_err / std::abs(m.want) : INFINITY;
       }
-      m.message = fmt::format("the loss differs between ranks: its {} {} is {}", kind, path, each);
-      first = ProtocolFinding{m, "loss-per-rank", "", 0};
+      m.message = fmt::format("{} {} {} is {}", c.differs, kind, path, each);
+      first = ProtocolFinding{m, c.pattern, "", 0};
     }
     if (!first) continue;
     if (differ.size() > 1) {
@@ -138,17 +180,38 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
       if (differ.size() > 5) others += ", ...";
       first->mismatch.message += fmt::format(" ({} more setting(s) differ: {})", differ.size() - 1, others);
     }
-    first->explanation = first->mismatch.message +
-                         ": each rank computes another loss (a pos_weight or class weights from the rank's own "
-                         "shard, a distillation alpha or temperature set per rank), so the averaged gradient is no "
-                         "single process's";
+    first->explanation = first->mismatch.message + c.explanation;
     f->push_back(*first);
     break;  // the first step is the finding; later steps follow from it
   }
-  if (checked) {
-    out->checked.push_back("the loss's settings (the recorder's loss_state: a loss module's attributes and tensors, a "
-                           "loss function's closure, defaults and globals) the same on every rank at every step");
-  }
+  if (checked) out->checked.push_back(c.checked);
+}
+
+}  // namespace
+
+void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckState(r,
+             {&ProtocolStep::loss_state, Checkpoint::kLoss, "loss_fn.", "loss-per-rank",
+              "the loss differs between ranks: its",
+              ": each rank computes another loss (a pos_weight or class weights from the rank's own shard, a "
+              "distillation alpha or temperature set per rank), so the averaged gradient is no single process's",
+              "the loss's settings (the recorder's loss_state: a loss module's attributes and tensors, a loss "
+              "function's closure, defaults and globals) the same on every rank at every step",
+              true, false},
+             out, f);
+}
+
+void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckState(r,
+             {&ProtocolStep::model_state, Checkpoint::kForwardBuffers, "model.", "attribute-per-rank",
+              "the model differs between ranks: its",
+              ": DDP broadcasts parameters and buffers, never plain attributes, so each rank's forward runs another "
+              "model (a graph, a mask or a table built from a per-rank seed) and the averaged gradient is no single "
+              "process's",
+              "the model's plain attributes (the recorder's model_state: tensors its submodules hold outside their "
+              "parameters and buffers, their plain settings) the same on every rank at every step",
+              false, true},
+             out, f);
 }
 
 }  // namespace ddpcheck::core

@@ -48,6 +48,10 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
 // (core/dump_protocol_loss.cc).
 void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
+// What the module's submodules hold that DDP does not broadcast (ProtocolStep::model_state: plain attribute
+// tensors, plain settings) the same on every rank at each step (core/dump_protocol_loss.cc).
+void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+
 // Each step's forward buffers against rank 0's after the step before, with broadcast_buffers
 // (core/dump_protocol_buffers.cc).
 void CheckBufferBroadcast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);

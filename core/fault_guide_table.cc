@@ -161,6 +161,15 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "counts = torch.stack([y_shard.sum(), torch.tensor(len(y_shard))]).float()\n"
        "dist.all_reduce(counts)  # the whole dataset's counts, on every rank\n"
        "loss_fn = nn.BCEWithLogitsLoss(pos_weight=(counts[1] - counts[0]) / counts[0])"},
+      {"attribute-per-rank",
+       "a submodule holds a tensor (a graph's edge_index, a mask, a lookup table) or a setting as a plain attribute "
+       "that differs between ranks (built from a per-rank seed or the rank's own data): DDP broadcasts parameters "
+       "and buffers, never plain attributes, so each rank's forward runs another model and the averaged gradient "
+       "is no single process's",
+       "register it as a buffer (register_buffer) so DDP broadcasts it, or build it from the same seed on every rank",
+       "graph = make_graph(seed=rank)\nself.edge_index = graph.edge_index  # a plain attribute: never broadcast",
+       "graph = make_graph(seed=rank)\nself.register_buffer(\"edge_index\", graph.edge_index)  # DDP broadcasts rank "
+       "0's"},
       {"scheduler-one-rank",
        "the learning rate differs between ranks from some step on: parameters drift apart although the gradients "
        "are averaged",
@@ -197,6 +206,10 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "and tensor attributes such as pos_weight or weight; a loss function's closure variables, defaults, globals "
        "and functools.partial arguments) differs between ranks at a step: a pos_weight or class weights computed "
        "from the rank's own shard, an alpha set per rank"},
+      {"attribute-per-rank", "rank-divergent", "forward_buffers (model.<attribute>), the first step they differ",
+       "a tensor a submodule holds as a plain attribute (in vars(m): not a parameter or buffer) or a submodule's "
+       "plain settings differ between ranks at a step, while each rank holds it the same at every step (the "
+       "recorder's model_state): a graph or mask built from a per-rank seed"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

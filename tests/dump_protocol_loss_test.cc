@@ -7,6 +7,7 @@
 
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -18,9 +19,9 @@ namespace {
 Tensor F64(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
 
 // W ranks whose gradients all agree (one parameter "w"), `steps` steps; state(rank, step) is that step's loss_state
-// (nullopt: not recorded).
+// (model: its model_state; nullopt: not recorded).
 ProtocolRecords World(int world, int steps,
-                      const std::function<std::optional<nlohmann::json>(int, int)>& state) {
+                      const std::function<std::optional<nlohmann::json>(int, int)>& state, bool model = false) {
   ProtocolStep agreed;  // every rank's step but for its loss_state
   agreed.buckets_recorded = true;
   agreed.buckets = {{0, {0}, F64({1, 2, 3}), F64({1, 2, 3})}};
@@ -35,7 +36,10 @@ ProtocolRecords World(int world, int steps,
     r.ranks[k].steps.assign(static_cast<size_t>(steps), agreed);
     for (int s = 0; s < steps; ++s) {
       r.ranks[k].steps[s].step = s;
-      if (auto js = state(k, s)) r.ranks[k].steps[s].loss_state = js->get<std::map<std::string, nlohmann::json>>();
+      if (auto js = state(k, s)) {
+        (model ? r.ranks[k].steps[s].model_state : r.ranks[k].steps[s].loss_state) =
+            js->get<std::map<std::string, nlohmann::json>>();
+      }
     }
   }
   return r;
@@ -114,6 +118,55 @@ TEST(ProtocolLoss, AScheduleTheSameOnEveryRankARankNumberAndOlderRecordingsPass)
     return nlohmann::json{{"closure:alpha", 0.5}};
   }));
   EXPECT_TRUE(res.result.pass);
+}
+
+// The model's half (model_state): a graph held as a plain attribute, built from a per-rank seed, is
+// attribute-per-rank at step 0 naming the attribute; what changes from step to step on a rank (the loop's data) and
+// a rank number pass; a string with the rank's number in it is a setting here (a model's string is no log name).
+TEST(ProtocolModelState, APerRankGraphAttributeIsAttributePerRank) {
+  const auto res = CheckProtocol(World(3, 3, [](int k, int) {
+    return nlohmann::json{{"attr:conv.edge_index", fmt::format("tensor int64[2, 420] crc {:08x}", k == 2 ? 7 : 5)},
+                          {"settings:conv", "dropout=0.0"}};
+  }, true));
+  ASSERT_TRUE(res.diagnosis && res.result.first);
+  EXPECT_EQ(std::tie(res.diagnosis->pattern, res.result.first->key.step, res.result.first->key.rank,
+                     res.result.first->key.checkpoint, res.result.first->key.tensor),
+            std::make_tuple("attribute-per-rank", 0, 2, Checkpoint::kForwardBuffers, "model.conv.edge_index"));
+  EXPECT_NE(res.result.first->message.find("the model differs between ranks: its attribute conv.edge_index"),
+            std::string::npos)
+      << res.result.first->message;
+  // a submodule's settings that differ: named by the submodule
+  const auto set = CheckProtocol(World(2, 2, [](int k, int) {
+    return nlohmann::json{{"settings:drop", fmt::format("p={}", k ? 0.2 : 0.1)}};
+  }, true));
+  ASSERT_TRUE(set.diagnosis);
+  EXPECT_EQ(set.result.first->key.tensor, "model.drop");
+  EXPECT_NE(set.result.first->message.find("settings of submodule drop is p=0.1 on rank 0, p=0.2 on rank 1"),
+            std::string::npos)
+      << set.result.first->message;
+  // a string that differs only by each rank's number is a setting of the model (not left out as the loss's are)
+  const auto str = CheckProtocol(World(2, 1, [](int k, int) {
+    return nlohmann::json{{"settings:(model)", fmt::format("n_layers={}", k + 1)}};
+  }, true));
+  ASSERT_TRUE(str.diagnosis);
+  EXPECT_EQ(str.diagnosis->pattern, "attribute-per-rank");
+}
+
+TEST(ProtocolModelState, TheLoopsDataARankNumberTheSameGraphAndOlderRecordingsPass) {
+  // every rank the same graph; the last batch's mask the loop sets each step (each rank its own, changing every
+  // step); the rank's own number; a temperature annealed the same on every rank
+  auto res = CheckProtocol(World(3, 4, [](int k, int s) {
+    return nlohmann::json{{"attr:edge_index", "tensor int64[2, 420] crc 0000abcd"},
+                          {"attr:batch_mask", fmt::format("tensor bool[6] crc {:08x}", 10 * s + k)},
+                          {"attr:world_rank", k}, {"settings:(model)", fmt::format("T={}", 4.0 / (1 + s))}};
+  }, true));
+  EXPECT_TRUE(res.result.pass) << (res.result.first ? res.result.first->message : "");
+  bool said = false;
+  for (const auto& c : res.checked) said = said || c.find("model's plain attributes") != std::string::npos;
+  EXPECT_TRUE(said);
+  res = CheckProtocol(World(2, 2, [](int, int) { return std::nullopt; }, true));
+  EXPECT_TRUE(res.result.pass);
+  for (const auto& c : res.checked) EXPECT_EQ(c.find("model's plain attributes"), std::string::npos);
 }
 
 }  // namespace

@@ -283,6 +283,63 @@ class LossState(unittest.TestCase):
         self.assertEqual(self._state(nn.KLDivLoss(log_target=True))["attr:log_target"], True)  # a setting
 
 
+class _Graph(nn.Module):
+    """A GCN-style layer holding its graph as plain attributes, its rank, a cache its forward sets and a counter a
+    helper forward calls increments."""
+
+    def __init__(self, seed, rank=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.edge_index = torch.randint(0, 10, (2, 40), generator=g)
+        self.mask = torch.tensor([True, False, True])
+        self.register_buffer("x", torch.randn(10, 3, generator=g))
+        self.x_alias = self.x  # a buffer under another name: DDP broadcasts it
+        self.lin = nn.Linear(3, 2)
+        self.rank, self.device_name, self.T = rank, "cuda:%d" % rank, 2.0
+        self.propagations = 0
+
+    def propagate(self, h):
+        self.propagations += 1
+        return h.index_add(0, self.edge_index[1], h[self.edge_index[0]])
+
+    def forward(self, ids):
+        out = self.propagate(self.lin(self.x))[ids]
+        self.last = out.detach()
+        return out
+
+
+class ModelState(unittest.TestCase):
+    """What the model's submodules hold that DDP does not broadcast, as the recorder takes it at each step."""
+
+    def _state(self, model, cache=None):
+        return ddpcheck_torch._protocol.model_state(model, ddpcheck_torch._tensor_digest, cache)
+
+    def test_plain_attribute_tensors_and_settings_but_no_parameters_buffers_caches_or_rank(self):
+        m = _Graph(1, rank=1)
+        m(torch.tensor([0, 1]))
+        st = self._state(m)
+        self.assertEqual(st, {"attr:edge_index": "tensor int64[2, 40] crc %s" % ddpcheck_torch._tensor_digest(
+                                  m.edge_index),
+                              "attr:mask": "tensor bool[3] [True, False, True]",
+                              "settings:(model)": "T=2.0", "settings:lin": "in_features=3 out_features=2"})
+        self.assertEqual(self._state(_Graph(1, rank=0)), st)  # another rank, the same graph: the same state
+        self.assertNotEqual(self._state(_Graph(2))["attr:edge_index"], st["attr:edge_index"])
+        self.assertIsNone(self._state(lambda x: x))
+
+    def test_an_unchanged_tensor_is_hashed_once_and_a_changed_one_again(self):
+        m, cache = _Graph(1), {}
+        first = self._state(m, cache)
+        self.assertEqual(len(cache), 1)
+        seen = []
+        digest = ddpcheck_torch._tensor_digest
+        again = ddpcheck_torch._protocol.model_state(m, lambda t: seen.append(t) or digest(t), cache)
+        self.assertEqual((again, seen), (first, []))
+        m.edge_index[0, 0] += 1  # in place: its _version moves
+        changed = self._state(m, cache)
+        self.assertNotEqual(changed["attr:edge_index"], first["attr:edge_index"])
+        self.assertEqual(changed["attr:edge_index"], self._state(m)["attr:edge_index"])
+
+
 class _OneRankGroup(unittest.TestCase):
     """A gloo process group of one rank (W=1) around the class's tests."""
 

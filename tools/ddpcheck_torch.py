@@ -827,6 +827,7 @@ class DdpRecorder:
         self.layers, self.name = self._describe(lambda: describe_model(self.module), (None, lambda n: n))
         self.loss = self._describe(lambda: describe_loss(loss_fn), None)
         self._loss_fn = loss_fn  # its settings, taken at every step (loss_state: the ranks must agree)
+        self._model_digests = {}  # model_state's checksums of the module's attribute tensors, kept while unchanged
         self.optimizer = self._describe(lambda: _optimizer(optimizer), None)
         self.sched = self._describe(lambda: [_scheduler(s) for s in self.schedulers], [])
         if sampler is None:
@@ -1251,6 +1252,9 @@ class DdpRecorder:
         state = self._loss_state()
         if state is not None:
             rec["loss_state"] = state
+        state = self._model_state()
+        if state is not None:
+            rec["model_state"] = state
         trained = [f for f in self._counts["fwds"] if f["backward"]]  # the forwards a backward went through
         if trained:  # the ranks must agree (BatchNorm in eval or a backbone unfrozen on one rank, a penalty forward)
             rec["eval_modules"] = trained[0]["eval"]
@@ -1350,6 +1354,14 @@ class DdpRecorder:
         walk failed on (that step is then not compared; training goes on)."""
         try:
             return _protocol.loss_state(self._loss_fn, self.module, _tensor_digest)
+        except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
+            return None
+
+    def _model_state(self):
+        """What the module's submodules hold that DDP does not broadcast (_protocol.model_state: plain attribute
+        tensors, plain settings), or None where the walk failed (that step is then not compared)."""
+        try:
+            return _protocol.model_state(self.module, _tensor_digest, self._model_digests)
         except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
             return None
 

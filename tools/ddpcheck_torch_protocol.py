@@ -653,11 +653,63 @@ def loss_state(loss_fn, model, digest):
     a non-finite float its repr. digest(tensor) is the checksum. None for a loss named by a string."""
     if loss_fn is None or isinstance(loss_fn, str):
         return None
-    trained = {id(q) for q in model.parameters()}
-    seen, out, budget = set(), {}, [LOSS_TENSOR_BUDGET]
+    return _walk_state(loss_fn, {id(q) for q in model.parameters()}, digest)
+
+
+# What model_state() takes of the model: its plain attribute tensors up to MODEL_TENSOR_LIMIT elements each, and
+# MODEL_TENSOR_BUDGET elements hashed a step (a tensor whose _version and storage did not change since the step
+# before is not hashed again: a graph held as an attribute costs one checksum for the run).
+MODEL_TENSOR_LIMIT = 1 << 24
+MODEL_TENSOR_BUDGET = 1 << 26
+MODEL_ITEMS = 1024
+
+
+def model_state(model, digest, cache=None):
+    """{name: value} of what the DDP-wrapped module's submodules hold that DDP does not broadcast (the recorder's
+    model_state, compared between ranks at each step: a graph's edge_index or a mask built from a per-rank seed and
+    held as a plain attribute, self.edge_index = ..., gives each rank another model). Each submodule's plain
+    settings (int, float, bool, str attributes) and the tensors it holds as plain attributes (in vars(m): not its
+    parameters, not its buffers, which DDP broadcasts, nor a tensor that is one of them). Left out as in
+    loss_state (per-rank names, device strings, paths), and also: attributes the module's forward (or a method of
+    its class that forward calls) assigns (the last batch's cache, a counter), functions and other objects, and
+    tensors over MODEL_TENSOR_LIMIT elements. Names "attr:<submodule path>.<attribute>". cache: a dict kept between
+    calls (id -> tensor, _version, storage, digest) so an unchanged tensor is not hashed again."""
+    if not isinstance(model, nn.Module):
+        return None
+    broadcast = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+    return _walk_state(model, broadcast, digest, model=True, cache=cache)
+
+
+def _forward_written(klass):
+    """The attribute names a module class's forward assigns, with those of the methods of its class that forward
+    calls (self.propagate(...) setting self.cache), followed through their calls too."""
+    fwd = getattr(getattr(klass, "forward", None), "__code__", None)
+    if fwd is None:
+        return ()
+    names, todo, done = set(), [fwd], set()
+    while todo:
+        code = todo.pop()
+        if id(code) in done:
+            continue
+        done.add(id(code))
+        names |= _written(code)
+        for n in _code_globals(code):
+            f = getattr(getattr(klass, n, None), "__code__", None)
+            if isinstance(f, types.CodeType) and n not in ("__init__", "forward"):
+                todo.append(f)
+    return names
+
+
+def _walk_state(root, trained, digest, model=False, cache=None):
+    """loss_state's and model_state's walk of root (a module or a function). model: root is the trained module
+    (its parameters and buffers are left out, functions are not followed, larger tensors are hashed)."""
+    seen, out = set(), {}
+    budget = [MODEL_TENSOR_BUDGET if model else LOSS_TENSOR_BUDGET]
+    limit = MODEL_TENSOR_LIMIT if model else LOSS_TENSOR_LIMIT
+    kept = {}  # this call's cache: only the tensors seen now
 
     def put(name, v):
-        if name not in out and len(out) < LOSS_ITEMS:
+        if name not in out and (model or len(out) < LOSS_ITEMS):
             out[name] = v
 
     def value(name, v, depth, tensors=True, skip=()):
@@ -673,16 +725,26 @@ def loss_state(loss_fn, model, digest):
         elif isinstance(v, (tuple, list)) and 0 < len(v) <= 64 and all(type(e) in (bool, int, float) for e in v):
             put(name, repr(tuple(v)))  # class weights as a list of floats; repr of a float is exact
         elif torch.is_tensor(v):
-            if not tensors or id(v) in trained or v.numel() > LOSS_TENSOR_LIMIT or v.numel() > budget[0] or \
-                    v.layout != torch.strided:
+            if not tensors or id(v) in trained or v.numel() > limit or v.layout != torch.strided:
                 return
-            budget[0] -= v.numel()
             head = "tensor %s%s" % (str(v.dtype).replace("torch.", ""), list(v.shape))
             if v.numel() <= LOSS_SHOWN:
                 put(name, "%s %r" % (head, [x if not isinstance(x, float) or math.isfinite(x) else repr(x)
                                              for x in v.detach().reshape(-1).tolist()]))
+                return
+            key = (v._version, v.data_ptr(), v.dtype, tuple(v.shape), tuple(v.stride()))
+            hit = (cache or {}).get(id(v))
+            if hit is not None and hit[0] is v and hit[1] == key:
+                d = hit[2]
+            elif v.numel() > budget[0]:
+                return
             else:
-                put(name, "%s crc %s" % (head, digest(v)))
+                budget[0] -= v.numel()
+                d = digest(v)
+            kept[id(v)] = (v, key, d)
+            put(name, "%s crc %s" % (head, d))
+        elif model:
+            return  # the model's functions and other objects: not its state
         elif depth < LOSS_DEPTH and id(v) not in seen:
             if isinstance(v, nn.Module):
                 module(name + ".", v, depth + 1, tensors)
@@ -702,19 +764,21 @@ def loss_state(loss_fn, model, digest):
 
     def module(prefix, m, depth, tensors=True):
         seen.add(id(m))
-        params = [id(q) for q in m.parameters()]
-        if params and all(q in trained for q in params) or isinstance(m, torch.jit.ScriptModule):
-            return  # the model itself (a loss holding it for a penalty: DDP keeps it equal) or compiled
-        # a network (a teacher, a perceptual loss's backbone) has its settings recorded only; a loss holding one
-        # still has its own tensors and its other submodules' recorded
-        tensors = tensors and size(m) <= LOSS_TENSOR_LIMIT
-        fwd = getattr(type(m).forward, "__code__", None)
-        skip = _written(fwd) if fwd is not None else ()  # attributes its forward sets (a counter)
+        if isinstance(m, torch.jit.ScriptModule):
+            return  # compiled
+        if not model:
+            params = [id(q) for q in m.parameters()]
+            if params and all(q in trained for q in params):
+                return  # the model itself (a loss holding it for a penalty: DDP keeps it equal)
+            # a network (a teacher, a perceptual loss's backbone) has its settings recorded only; a loss holding one
+            # still has its own tensors and its other submodules' recorded
+            tensors = tensors and size(m) <= LOSS_TENSOR_LIMIT
+        skip = _forward_written(type(m))  # attributes its forward sets (a counter, the last batch's cache)
         own = _module_own()
         for k, v in vars(m).items():
-            if k not in own and k != "training" and not k.startswith("__"):
+            if k not in own and k != "training" and not k.startswith("__") and not k.startswith("_ddp"):
                 value(prefix + k, v, depth, tensors, skip)
-        for k, t in list(m._parameters.items()) + list(m._buffers.items()):
+        for k, t in [] if model else list(m._parameters.items()) + list(m._buffers.items()):
             if t is not None:
                 value(prefix + k, t, depth, tensors, skip)
         for k, c in m._modules.items():
@@ -772,11 +836,26 @@ def loss_state(loss_fn, model, digest):
             if not k.startswith("__"):
                 value(prefix + k, v, depth, tensors, skip)
 
-    if isinstance(loss_fn, nn.Module):
-        module("attr:", loss_fn, 0)
+    if isinstance(root, nn.Module):
+        module("attr:", root, 0)
     else:
-        function("", loss_fn, 0)
-    return out
+        function("", root, 0)
+    if cache is not None:
+        cache.clear()
+        cache.update(kept)
+    if not model:
+        return out
+    # a model's plain settings one entry per submodule ("settings:<path>" -> "eps=1e-05 p=0.1"; a ResNet's hundreds
+    # of them each step), its attribute tensors one entry each, tensors first, at most MODEL_ITEMS
+    tensors, settings = {}, {}
+    for name, v in out.items():
+        if isinstance(v, str) and v.startswith("tensor "):
+            tensors[name] = v
+        else:
+            path, _, leaf = name[len("attr:"):].rpartition(".")
+            settings.setdefault("settings:" + (path or "(model)"), []).append("%s=%r" % (leaf, v))
+    tensors.update((k, " ".join(v)) for k, v in settings.items())
+    return dict(list(tensors.items())[:MODEL_ITEMS])
 
 
 # What the reference captured of one step: every forward (args, RNG state, kwargs, settings, buffers), the targets
