@@ -405,6 +405,7 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                        {"numel", Is::kInt},
                                        {"dtype", Is::kString},
                                        {"requires_grad", Is::kBool},
+                                       {"ddp_registered", Is::kBool},
                                        {"sparse", Is::kBool},
                                        {"shape", Is::kIntArray}}));
       DDPCHECK_RETURN_IF_ERROR(InRange(ps[i], JsonPath("/params", i), {"numel"}, 0, kMaxIndexNumel, "an element count"));

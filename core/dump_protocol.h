@@ -110,6 +110,9 @@ struct ProtocolParam {
   int64_t numel = 0;
   DType dtype = DType::kFloat32;
   bool requires_grad = true;
+  // In DDP's buckets: it required grad when DDP(...) was built (the recorder's ddp_registered; requires_grad at the
+  // recorder's start where the recording does not say, as before)
+  bool ddp_registered = true;
   bool sparse = false;  // an Embedding(Bag) weight with sparse=True: DDP gives it a bucket of its own
 };
 

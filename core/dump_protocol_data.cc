@@ -353,7 +353,7 @@ void CheckBuckets(const ProtocolRecords& r, ProtocolResult* out, std::vector<Pro
   std::vector<BucketTensor> tensors;
   std::vector<bool> sparse;  // DDP's expect_sparse_gradient
   for (size_t i = 0; i < r.params.size(); ++i) {
-    if (!r.params[i].requires_grad) continue;
+    if (!r.params[i].ddp_registered) continue;  // (frozen after DDP(...) it is still in DDP's buckets)
     to_recorder.push_back(static_cast<int>(i));
     tensors.push_back({r.params[i].numel, r.params[i].dtype});
     sparse.push_back(r.params[i].sparse);

@@ -201,6 +201,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       pp.numel = p.value("numel", int64_t{-1});
       ParseDType(p.value("dtype", ix.value("dtype", std::string("float32"))), &pp.dtype);
       pp.requires_grad = p.value("requires_grad", true);
+      pp.ddp_registered = p.value("ddp_registered", pp.requires_grad);
       pp.sparse = p.value("sparse", false);
       out->params.push_back(pp);
     }

@@ -650,6 +650,21 @@ class BucketTaps(_OneRankGroup):
                 got = _saved(out, st["grads"][name])
                 self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
 
+    def test_a_layer_frozen_after_ddp_is_still_in_ddp_s_buckets(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+        model[1].bias.requires_grad_(False)  # before DDP(...): DDP leaves it out
+        ddp = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+        model[0].weight.requires_grad_(False)  # after DDP(...), before the recorder: DDP still has it
+        opt = torch.optim.SGD([q for q in ddp.parameters() if q.requires_grad], lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+        rec.close()
+        params = {p["torch_name"]: p for p in _index(out)["params"]}
+        self.assertEqual({n: (p["requires_grad"], p["ddp_registered"]) for n, p in params.items()},
+                         {"0.weight": (False, True), "0.bias": (True, True), "1.weight": (True, True),
+                          "1.bias": (False, False)})
+
     def test_the_reference_runs_a_float32_cast_before_the_loss_and_float32_plain_attributes(self):
         class Smoothed(nn.Module):  # a float32 table held as a plain attribute (no parameter, no buffer)
             def __init__(self):

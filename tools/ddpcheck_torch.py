@@ -767,6 +767,18 @@ def _autocast_enabled():
     return bool(torch.is_autocast_enabled() or getattr(torch, "is_autocast_cpu_enabled", lambda: False)())
 
 
+def _ddp_registered(ddp):
+    """ids of the parameters DDP put in its buckets when it was built (those that required grad then: a backbone
+    frozen after DDP(...) but before the recorder is still DDP's), or None where the reducer does not say (not DDP,
+    another torch)."""
+    reducer = getattr(ddp, "reducer", None)
+    try:
+        buckets = reducer._get_zeros_like_grad_buckets()
+    except Exception:  # noqa: BLE001 - not a DDP of this torch: the recorder's requires_grad stands
+        return None
+    return {id(q) for b in buckets for q in b.parameters()}
+
+
 class DdpRecorder:
     """Records one rank of a DDP run. Construct right after DDP (params are then post-broadcast), before the first
     forward. Any nn.Module is recorded for the protocol check; the models describe_model knows are also replayed.
@@ -866,13 +878,15 @@ class DdpRecorder:
         sparse = {id(q) for m in self.module.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse
                   for q in m.parameters(recurse=False)}
         buffers = [n for n, _ in self.module.named_buffers()]
+        registered = _ddp_registered(self.ddp)
         self.index = {
             "format": FORMAT, "version": VERSION, "run": self.run_id, "rank": self.rank, "world_size": self.world,
             "torch_version": torch.__version__, "model": self.layers, "loss": self.loss,
             "dtype": str(next(self.module.parameters()).dtype).replace("torch.", ""),
             "params": [{"name": self.name(n), "torch_name": n, "shape": list(q.shape), "numel": q.numel(),
                         "dtype": str(q.dtype).replace("torch.", ""), "requires_grad": q.requires_grad,
-                        **({"sparse": True} if id(q) in sparse else {})}
+                        **({"sparse": True} if id(q) in sparse else {}),
+                        **({"ddp_registered": id(q) in registered} if registered is not None else {})}
                        for n, q in named],
             "buffers": [{"name": self.name(n), "torch_name": n} for n in buffers],
             "ddp": self._ddp_options(), "optimizer": self.optimizer, "schedulers": self.sched,
