@@ -212,6 +212,7 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
                                    {"forward_buffers_first", Is::kBool},
                                    {"loss_state", Is::kScalarMap},
                                    {"model_state", Is::kScalarMap},
+                                   {"outside_params", Is::kScalarMap},
                                    {"groups", Is::kArray},
                                    {"optimizer_step_counts", Is::kNumberMap},
                                    {"buckets", Is::kArray}}));

@@ -72,6 +72,9 @@ struct ProtocolStep {
   // What the module's submodules held that DDP does not broadcast at rec.step() (the recorder's model_state: plain
   // attribute tensors "attr:<path>", plain settings "settings:<submodule>"); nullopt where not taken
   std::optional<std::map<std::string, nlohmann::json>> model_state;
+  // The parameters the optimizer steps outside DDP's module, after the step (the recorder's outside_params:
+  // "group<g>[<i>]" -> their values or checksum); nullopt where there are none or the recorder is older.
+  std::optional<std::map<std::string, nlohmann::json>> outside_params;
   std::vector<double> lrs;  // each group's lr at the optimizer step
   // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
   // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.

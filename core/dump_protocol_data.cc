@@ -676,6 +676,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
   CheckDataset(r, f);
   CheckLossState(r, out, f);
   CheckModelState(r, out, f);
+  CheckOutsideParams(r, out, f);
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);

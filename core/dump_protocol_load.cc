@@ -99,7 +99,8 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("ref_grads"), &s->ref_grads));
   // The normalisation statistics among the buffers (what CheckBufferBroadcast compares; per channel, small).
   s->forward_buffers_first = st.value("forward_buffers_first", false);  // a bool: the index schema
-  for (const auto& [key, into] : {std::pair{"loss_state", &s->loss_state}, std::pair{"model_state", &s->model_state}}) {
+  for (const auto& [key, into] : {std::pair{"loss_state", &s->loss_state}, std::pair{"model_state", &s->model_state},
+                                  std::pair{"outside_params", &s->outside_params}}) {
     if (!st.contains(key)) continue;  // name -> number, bool or string: the index schema
     into->emplace();
     for (const auto& [name, v] : st.at(key).items()) (*into)->emplace(name, v);

@@ -32,7 +32,8 @@ std::pair<std::string, std::string> Describe(const std::string& name) {
   static const std::map<std::string, std::string> kinds = {
       {"attr", "attribute"},          {"closure", "closure variable"}, {"global", "global variable"},
       {"default", "default argument"}, {"partial", "functools.partial argument"},
-      {"self", "attribute of the bound object"}, {"settings", "settings of submodule"}};
+      {"self", "attribute of the bound object"}, {"settings", "settings of submodule"},
+      {"param", "parameter"}};
   std::string kind, path;
   size_t at = 0;
   while (at <= name.size()) {
@@ -189,29 +190,47 @@ void CheckState(const ProtocolRecords& r, const StateCheck& c, ProtocolResult* o
 
 }  // namespace
 
+namespace {
+
+const StateCheck kLossState{
+    &ProtocolStep::loss_state, Checkpoint::kLoss, "loss_fn.", "loss-per-rank", "the loss differs between ranks: its",
+    ": each rank computes another loss (a pos_weight or class weights from the rank's own shard, a distillation alpha "
+    "or temperature set per rank), so the averaged gradient is no single process's",
+    "the loss's settings (the recorder's loss_state: a loss module's attributes and tensors, a loss function's "
+    "closure, defaults and globals) the same on every rank at every step",
+    true, false};
+
+const StateCheck kModelState{
+    &ProtocolStep::model_state, Checkpoint::kForwardBuffers, "model.", "attribute-per-rank",
+    "the model differs between ranks: its",
+    ": DDP broadcasts parameters and buffers, never plain attributes, so each rank's forward runs another model (a "
+    "graph, a mask or a table built from a per-rank seed) and the averaged gradient is no single process's",
+    "the model's plain attributes (the recorder's model_state: tensors its submodules hold outside their parameters "
+    "and buffers, their plain settings) the same on every rank at every step",
+    false, true};
+
+const StateCheck kOutsideParams{
+    &ProtocolStep::outside_params, Checkpoint::kParams, "optimizer.", "param-outside-ddp",
+    "a parameter the optimizer steps outside DDP's module differs between ranks after the step: its",
+    ": DDP all-reduces the gradients of the module it wraps only; a parameter the optimizer holds beside it (a "
+    "learnable loss weight, an uncertainty-weighting module) keeps each rank's own gradient, so the ranks' copies "
+    "part at their first step",
+    "the parameters the optimizer steps outside DDP's module (the recorder's outside_params) the same on every rank "
+    "after every step",
+    false, false};
+
+}  // namespace
+
 void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckState(r,
-             {&ProtocolStep::loss_state, Checkpoint::kLoss, "loss_fn.", "loss-per-rank",
-              "the loss differs between ranks: its",
-              ": each rank computes another loss (a pos_weight or class weights from the rank's own shard, a "
-              "distillation alpha or temperature set per rank), so the averaged gradient is no single process's",
-              "the loss's settings (the recorder's loss_state: a loss module's attributes and tensors, a loss "
-              "function's closure, defaults and globals) the same on every rank at every step",
-              true, false},
-             out, f);
+  CheckState(r, kLossState, out, f);
 }
 
 void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckState(r,
-             {&ProtocolStep::model_state, Checkpoint::kForwardBuffers, "model.", "attribute-per-rank",
-              "the model differs between ranks: its",
-              ": DDP broadcasts parameters and buffers, never plain attributes, so each rank's forward runs another "
-              "model (a graph, a mask or a table built from a per-rank seed) and the averaged gradient is no single "
-              "process's",
-              "the model's plain attributes (the recorder's model_state: tensors its submodules hold outside their "
-              "parameters and buffers, their plain settings) the same on every rank at every step",
-              false, true},
-             out, f);
+  CheckState(r, kModelState, out, f);
+}
+
+void CheckOutsideParams(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  CheckState(r, kOutsideParams, out, f);
 }
 
 }  // namespace ddpcheck::core

@@ -52,6 +52,10 @@ void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
 // tensors, plain settings) the same on every rank at each step (core/dump_protocol_loss.cc).
 void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
+// The parameters the optimizer steps outside DDP's module (ProtocolStep::outside_params: a learnable loss weight)
+// the same on every rank after each step: DDP never all-reduces their gradients (core/dump_protocol_loss.cc).
+void CheckOutsideParams(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+
 // Each step's forward buffers against rank 0's after the step before, with broadcast_buffers
 // (core/dump_protocol_buffers.cc).
 void CheckBufferBroadcast(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);

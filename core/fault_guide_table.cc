@@ -170,6 +170,15 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "graph = make_graph(seed=rank)\nself.edge_index = graph.edge_index  # a plain attribute: never broadcast",
        "graph = make_graph(seed=rank)\nself.register_buffer(\"edge_index\", graph.edge_index)  # DDP broadcasts rank "
        "0's"},
+      {"param-outside-ddp",
+       "the optimizer steps a parameter that DDP's module does not hold (a learnable loss weight, an "
+       "uncertainty-weighting module beside the model): DDP all-reduces only the gradients of the module it wraps, "
+       "so each rank steps that parameter with its own gradient and the ranks' copies part at the first step",
+       "put the module inside the one DDP wraps (an nn.Module holding both the model and the loss weights), or "
+       "all_reduce those gradients yourself (divided by the world size) before optimizer.step()",
+       "awl = AutomaticWeightedLoss(2)\nddp = DDP(model)\nopt = AdamW([*ddp.parameters(), *awl.parameters()])",
+       "class Both(nn.Module):  # model and loss weights in one module\n    ...\nddp = DDP(Both(model, "
+       "AutomaticWeightedLoss(2)))\nopt = AdamW(ddp.parameters())"},
       {"scheduler-one-rank",
        "the learning rate differs between ranks from some step on: parameters drift apart although the gradients "
        "are averaged",
@@ -210,6 +219,10 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "a tensor a submodule holds as a plain attribute (in vars(m): not a parameter or buffer) or a submodule's "
        "plain settings differ between ranks at a step, while each rank holds it the same at every step (the "
        "recorder's model_state): a graph or mask built from a per-rank seed"},
+      {"param-outside-ddp", "rank-divergent", "params (optimizer.group<g>[<i>]), the first step",
+       "a parameter the optimizer steps that DDP's module does not hold differs between ranks after a step (the "
+       "recorder's outside_params, its value or checksum after optimizer.step()): a learnable loss weight beside "
+       "the model"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

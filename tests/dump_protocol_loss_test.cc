@@ -18,10 +18,13 @@ namespace {
 
 Tensor F64(std::vector<double> v) { return Tensor(DType::kFloat64, {static_cast<int64_t>(v.size())}, std::move(v)); }
 
-// W ranks whose gradients all agree (one parameter "w"), `steps` steps; state(rank, step) is that step's loss_state
-// (model: its model_state; nullopt: not recorded).
-ProtocolRecords World(int world, int steps,
-                      const std::function<std::optional<nlohmann::json>(int, int)>& state, bool model = false) {
+using State = std::optional<std::map<std::string, nlohmann::json>>;
+constexpr State ProtocolStep::*kModel = &ProtocolStep::model_state;
+
+// W ranks whose gradients all agree (one parameter "w"), `steps` steps; state(rank, step) is that step's `field`
+// (loss_state, model_state or outside_params; nullopt: not recorded).
+ProtocolRecords World(int world, int steps, const std::function<std::optional<nlohmann::json>(int, int)>& state,
+                      State ProtocolStep::*field = &ProtocolStep::loss_state) {
   ProtocolStep agreed;  // every rank's step but for its loss_state
   agreed.buckets_recorded = true;
   agreed.buckets = {{0, {0}, F64({1, 2, 3}), F64({1, 2, 3})}};
@@ -37,8 +40,7 @@ ProtocolRecords World(int world, int steps,
     for (int s = 0; s < steps; ++s) {
       r.ranks[k].steps[s].step = s;
       if (auto js = state(k, s)) {
-        (model ? r.ranks[k].steps[s].model_state : r.ranks[k].steps[s].loss_state) =
-            js->get<std::map<std::string, nlohmann::json>>();
+        r.ranks[k].steps[s].*field = js->get<std::map<std::string, nlohmann::json>>();
       }
     }
   }
@@ -127,7 +129,7 @@ TEST(ProtocolModelState, APerRankGraphAttributeIsAttributePerRank) {
   const auto res = CheckProtocol(World(3, 3, [](int k, int) {
     return nlohmann::json{{"attr:conv.edge_index", fmt::format("tensor int64[2, 420] crc {:08x}", k == 2 ? 7 : 5)},
                           {"settings:conv", "dropout=0.0"}};
-  }, true));
+  }, kModel));
   ASSERT_TRUE(res.diagnosis && res.result.first);
   EXPECT_EQ(std::tie(res.diagnosis->pattern, res.result.first->key.step, res.result.first->key.rank,
                      res.result.first->key.checkpoint, res.result.first->key.tensor),
@@ -138,7 +140,7 @@ TEST(ProtocolModelState, APerRankGraphAttributeIsAttributePerRank) {
   // a submodule's settings that differ: named by the submodule
   const auto set = CheckProtocol(World(2, 2, [](int k, int) {
     return nlohmann::json{{"settings:drop", fmt::format("p={}", k ? 0.2 : 0.1)}};
-  }, true));
+  }, kModel));
   ASSERT_TRUE(set.diagnosis);
   EXPECT_EQ(set.result.first->key.tensor, "model.drop");
   EXPECT_NE(set.result.first->message.find("settings of submodule drop is p=0.1 on rank 0, p=0.2 on rank 1"),
@@ -147,7 +149,7 @@ TEST(ProtocolModelState, APerRankGraphAttributeIsAttributePerRank) {
   // a string that differs only by each rank's number is a setting of the model (not left out as the loss's are)
   const auto str = CheckProtocol(World(2, 1, [](int k, int) {
     return nlohmann::json{{"settings:(model)", fmt::format("n_layers={}", k + 1)}};
-  }, true));
+  }, kModel));
   ASSERT_TRUE(str.diagnosis);
   EXPECT_EQ(str.diagnosis->pattern, "attribute-per-rank");
 }
@@ -159,14 +161,41 @@ TEST(ProtocolModelState, TheLoopsDataARankNumberTheSameGraphAndOlderRecordingsPa
     return nlohmann::json{{"attr:edge_index", "tensor int64[2, 420] crc 0000abcd"},
                           {"attr:batch_mask", fmt::format("tensor bool[6] crc {:08x}", 10 * s + k)},
                           {"attr:world_rank", k}, {"settings:(model)", fmt::format("T={}", 4.0 / (1 + s))}};
-  }, true));
+  }, kModel));
   EXPECT_TRUE(res.result.pass) << (res.result.first ? res.result.first->message : "");
   bool said = false;
   for (const auto& c : res.checked) said = said || c.find("model's plain attributes") != std::string::npos;
   EXPECT_TRUE(said);
-  res = CheckProtocol(World(2, 2, [](int, int) { return std::nullopt; }, true));
+  res = CheckProtocol(World(2, 2, [](int, int) { return std::nullopt; }, kModel));
   EXPECT_TRUE(res.result.pass);
   for (const auto& c : res.checked) EXPECT_EQ(c.find("model's plain attributes"), std::string::npos);
+}
+
+// A learnable loss weight the optimizer steps beside DDP's module: its value after the step differs between ranks
+// (each rank's own gradient) -> param-outside-ddp at the first step; the same on every rank (its gradient all-reduced
+// by hand) passes, however it moves over the steps.
+TEST(ProtocolOutsideParams, AParameterBesideDdpThatPartsIsNamedAtItsFirstStep) {
+  const auto res = CheckProtocol(World(2, 3, [](int k, int s) {
+    return nlohmann::json{{"param:group1[0]", fmt::format("tensor float32[2] [{}, 0.5]", s == 0 ? 0.01 : 0.01 + k)}};
+  }, &ProtocolStep::outside_params));
+  ASSERT_TRUE(res.diagnosis && res.result.first);  // the same after step 0, apart from step 1 on
+  EXPECT_EQ(res.diagnosis->pattern, "param-outside-ddp");
+  EXPECT_EQ(res.result.first->key.step, 1);
+  const auto parted = CheckProtocol(World(2, 3, [](int k, int s) {
+    return nlohmann::json{{"param:group1[0]", fmt::format("tensor float32[2] [{}, 0.5]", 0.01 * (s + 1) + k)}};
+  }, &ProtocolStep::outside_params));
+  ASSERT_TRUE(parted.diagnosis);
+  EXPECT_EQ(parted.diagnosis->pattern, "param-outside-ddp");
+  ASSERT_TRUE(parted.result.first);
+  EXPECT_EQ(parted.result.first->key.step, 0);
+  EXPECT_EQ(parted.result.first->key.checkpoint, Checkpoint::kParams);
+  EXPECT_EQ(parted.result.first->key.tensor, "optimizer.group1[0]");
+  EXPECT_NE(parted.result.first->message.find("its parameter group1[0] is"), std::string::npos)
+      << parted.result.first->message;
+  const auto agreed = CheckProtocol(World(2, 3, [](int, int s) {
+    return nlohmann::json{{"param:group1[0]", fmt::format("tensor float32[2] [{}, 0.5]", 0.01 * (s + 1))}};
+  }, &ProtocolStep::outside_params));
+  EXPECT_TRUE(agreed.result.mismatches.empty());
 }
 
 }  // namespace

@@ -650,6 +650,29 @@ class BucketTaps(_OneRankGroup):
                 got = _saved(out, st["grads"][name])
                 self.assertTrue(np.allclose(_saved(out, f), got, rtol=1e-4, atol=1e-6), name)
 
+    def test_parameters_the_optimizer_steps_beside_ddp_are_recorded_after_each_step(self):
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+        weights = nn.Parameter(torch.ones(2))  # a learnable loss weight beside the model
+        table = nn.Parameter(torch.zeros(3, 4))
+        opt = torch.optim.SGD([{"params": ddp.parameters()}, {"params": [weights, table]}], lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=False)
+        for s in range(2):
+            opt.zero_grad()
+            x, y = torch.randn(4, 4), torch.randn(4, 2)
+            loss = (weights * ((ddp(x) - y) ** 2).mean(0)).sum() + table.sum()
+            loss.backward()
+            opt.step()
+            rec.step(torch.arange(4) + 4 * s, x, y, loss)
+        rec.close()
+        steps = _index(out)["steps"]
+        for st in steps:
+            self.assertEqual(set(st["outside_params"]), {"param:group1[0]", "param:group1[1]"})
+        self.assertEqual(steps[-1]["outside_params"]["param:group1[0]"],
+                         "tensor float32[2] %r" % weights.detach().tolist())
+        self.assertTrue(steps[-1]["outside_params"]["param:group1[1]"].startswith("tensor float32[3, 4] crc "))
+
     def test_a_layer_frozen_after_ddp_is_still_in_ddp_s_buckets(self):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))

@@ -1269,6 +1269,9 @@ class DdpRecorder:
         state = self._model_state()
         if state is not None:
             rec["model_state"] = state
+        state = self._outside_params()
+        if state:
+            rec["outside_params"] = state
         trained = [f for f in self._counts["fwds"] if f["backward"]]  # the forwards a backward went through
         if trained:  # the ranks must agree (BatchNorm in eval or a backbone unfrozen on one rank, a penalty forward)
             rec["eval_modules"] = trained[0]["eval"]
@@ -1378,6 +1381,23 @@ class DdpRecorder:
             return _protocol.model_state(self.module, _tensor_digest, self._model_digests)
         except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
             return None
+
+    def _outside_params(self):
+        """The parameters the optimizer steps that DDP's module does not hold (a learnable loss weight, an
+        uncertainty-weighting module beside the model), as they are after the step: "group<g>[<i>]" -> "tensor
+        <dtype>[<shape>] <values>" (up to 8 elements) or "... crc <digest>". DDP never all-reduces their gradients, so
+        the ranks must agree on them by other means; {} when there are none."""
+        out = {}
+        for g, group in enumerate(self.opt.param_groups):
+            for i, q in enumerate(group["params"]):
+                if id(q) in self._pindex or not torch.is_tensor(q):
+                    continue
+                head = "tensor %s%s" % (str(q.dtype).replace("torch.", ""), list(q.shape))
+                if q.numel() <= 8:
+                    out["param:group%d[%d]" % (g, i)] = "%s %r" % (head, q.detach().reshape(-1).tolist())
+                else:
+                    out["param:group%d[%d]" % (g, i)] = "%s crc %s" % (head, _tensor_digest(q.detach()))
+        return out
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""
