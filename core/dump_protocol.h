@@ -177,9 +177,10 @@ struct ProtocolResult {
   std::vector<std::string> checked;    // what was checked ("buckets", "reduced = mean of local", ...)
   std::vector<std::string> skipped;    // what was not, and why
   std::string reference;               // which single-process reference was used
-  // The recorder's single-process reference failed at every step it was asked for (the user's model or loss did
-  // not run in float64): its first error. The gradients were then held to nothing but each other.
-  std::string reference_failed;
+  // Where no step of any rank had the recorder's single-process reference (it failed at every step: the user's model
+  // or loss did not run in float64; or it could not be formed: no targets, LBFGS's closure): why, for the verdict
+  // line. The gradients were then held to nothing but each other. Empty where some step had it, or none was asked.
+  std::string reference_missing;
 };
 
 ProtocolResult CheckProtocol(const ProtocolRecords& records);

@@ -532,13 +532,20 @@ void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<P
                         missing_note[rank]);
     }
     out->skipped.push_back("single-process reference at " + at);
-    const bool all_failed = !any && !by_replay && std::all_of(missing_note.begin(), missing_note.end(), [](const auto& n) {
-      return n.second.rfind(kReferenceFailedNote, 0) == 0;
-    });
-    if (all_failed) {
-      const std::string& note = missing_note.begin()->second;  // "single-process reference failed: <error>"
+    if (!any && !by_replay) {  // no step of any rank was held to a single process: the verdict says why
+      const bool all_failed = std::all_of(missing_note.begin(), missing_note.end(), [](const auto& n) {
+        return n.second.rfind(kReferenceFailedNote, 0) == 0;
+      });
+      std::string note = missing_note.begin()->second;
       const size_t colon = note.find(": ");
-      out->reference_failed = colon == std::string::npos ? note : note.substr(colon + 2);
+      if (all_failed) {  // "single-process reference failed: <error>"
+        out->reference_missing = "the single-process reference failed at every step: " +
+                                 (colon == std::string::npos ? note : note.substr(colon + 2));
+      } else {
+        const std::string plain = "no single-process reference: ";
+        if (note.rfind(plain, 0) == 0) note = note.substr(plain.size());
+        out->reference_missing = "no single-process reference at any step: " + note;
+      }
     }
   }
   if (!any && !by_replay && missing_steps.empty()) {

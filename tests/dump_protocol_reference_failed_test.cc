@@ -1,7 +1,7 @@
-// CheckProtocol's ProtocolResult::reference_failed: set, with the first error, only where the recorder's float64
-// single-process reference raised at every step of every rank (the user's module or loss did not run in float64),
-// so that a PASS says in its one line that the gradients were held to nothing but each other (harness/compose.cc);
-// empty where some step had a reference, or where the reference was missing for another reason.
+// CheckProtocol's ProtocolResult::reference_missing: set where no step of any rank had the recorder's float64
+// single-process reference, saying why (it raised at every step: the user's module or loss did not run in float64;
+// or it could not be formed), so that a PASS says in its one line that the gradients were held to nothing but each
+// other (harness/compose.cc); empty where some step had a reference.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -46,16 +46,21 @@ const std::string kFailed = std::string(kReferenceFailedNote) + ": RuntimeError:
 TEST(ReferenceFailed, AReferenceThatRaisedAtEveryStepIsSaidWithItsError) {
   const ProtocolResult res = CheckProtocol(World([](int, int) { return kFailed; }));
   EXPECT_TRUE(res.result.mismatches.empty());
-  EXPECT_EQ(res.reference_failed, "RuntimeError: Found dtype Double but expected Float");
+  EXPECT_EQ(res.reference_missing,
+            "the single-process reference failed at every step: RuntimeError: Found dtype Double but expected Float");
 }
 
-TEST(ReferenceFailed, OneStepWithAReferenceOrAnotherReasonIsNoFailure) {
-  EXPECT_EQ(CheckProtocol(World([](int k, int s) { return k == 1 && s == 1 ? "" : kFailed; })).reference_failed, "");
+TEST(ReferenceFailed, OneStepWithAReferenceIsEnoughAndAnotherReasonIsSaid) {
+  EXPECT_EQ(CheckProtocol(World([](int k, int s) { return k == 1 && s == 1 ? "" : kFailed; })).reference_missing, "");
   EXPECT_EQ(CheckProtocol(World([](int, int) {
-              return std::string("no forward of the module was seen in this step (a module.<method>() call?)");
-            })).reference_failed,
-            "");
-  EXPECT_EQ(CheckProtocol(World([](int, int) { return std::string(); })).reference_failed, "");
+              return std::string("1 forwards but 0 targets: pass the loss module you call as loss_fn=, or yb");
+            })).reference_missing,
+            "no single-process reference at any step: 1 forwards but 0 targets: pass the loss module you call as "
+            "loss_fn=, or yb");
+  EXPECT_EQ(CheckProtocol(World([](int, int) { return std::string("no single-process reference: LBFGS"); }))
+                .reference_missing,
+            "no single-process reference at any step: LBFGS");
+  EXPECT_EQ(CheckProtocol(World([](int, int) { return std::string(); })).reference_missing, "");
 }
 
 // reference='auto' leaves a step to ddpcheck's replay; where the replay did not run, the note says so instead of
@@ -69,7 +74,8 @@ TEST(ReferenceFailed, AStepLeftToAReplayThatDidNotRunSaysSo) {
   for (const auto& s : res.skipped) skipped += s + "\n";
   EXPECT_NE(skipped.find("left it to ddpcheck's replay, which did not run"), std::string::npos) << skipped;
   EXPECT_EQ(skipped.find("the run is replayed"), std::string::npos) << skipped;
-  EXPECT_EQ(res.reference_failed, "");
+  EXPECT_EQ(res.reference_missing, "no single-process reference at any step: reference='auto' left it to "
+                                   "ddpcheck's replay, which did not run (see 'replay:')");
 }
 
 }  // namespace
