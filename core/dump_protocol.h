@@ -75,6 +75,9 @@ struct ProtocolStep {
   // The parameters the optimizer steps outside DDP's module, after the step (the recorder's outside_params:
   // "group<g>[<i>]" -> their values or checksum); nullopt where there are none or the recorder is older.
   std::optional<std::map<std::string, nlohmann::json>> outside_params;
+  // Each param group's hyper-parameters at the optimizer step but the lr ("weight_decay (group 0)" -> its value), from
+  // the recorder's groups; nullopt where the step does not record them.
+  std::optional<std::map<std::string, nlohmann::json>> optimizer_settings;
   std::vector<double> lrs;  // each group's lr at the optimizer step
   // The recorder saw the optimizer step with an lr no scheduler given to it set (by hand: a warmup in the loop,
   // adjust_learning_rate(); or a scheduler it was not given): from here on the lr follows no known schedule.

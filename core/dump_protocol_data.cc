@@ -674,9 +674,7 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         "computed with its own)", names));
   }
   CheckDataset(r, f);
-  CheckLossState(r, out, f);
-  CheckModelState(r, out, f);
-  CheckOutsideParams(r, out, f);
+  CheckStatesAgree(r, out, f);
   CheckSampler(r, out, f);
   CheckShards(r, out, f);
   CheckBypass(r, f);

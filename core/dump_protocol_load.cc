@@ -86,6 +86,22 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   if (st.contains("ref_loss_ratio") && st.at("ref_loss_ratio").is_number()) {
     s->ref_loss_ratio = st.at("ref_loss_ratio").get<double>();  // a number: the index schema (core/dump_index.cc)
   }
+  // Each group's hyper-parameters as this rank's optimizer stepped with them, but the lr (its own checks) and the
+  // implementation switches that change no value: what CheckStatesAgree compares between ranks
+  if (st.contains("groups") && st.at("groups").is_array()) {
+    s->optimizer_settings.emplace();
+    const auto& groups = st.at("groups");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (!groups[g].is_object()) continue;
+      for (const auto& [key, v] : groups[g].items()) {
+        if (key == "lr" || key == "initial_lr" || key == "params" || key == "foreach" || key == "fused" ||
+            key == "capturable" || key == "differentiable") {
+          continue;
+        }
+        s->optimizer_settings->emplace(fmt::format("{} (group {})", key, g), v);
+      }
+    }
+  }
   for (const auto& g : st.value("groups", nlohmann::json::array())) {
     OptimizerSpec spec;
     if (!OptimizerSpecFromGroup(type, g, &spec).ok()) {

@@ -219,18 +219,19 @@ const StateCheck kOutsideParams{
     "after every step",
     false, false};
 
+const StateCheck kOptimizerSettings{
+    &ProtocolStep::optimizer_settings, Checkpoint::kLr, "optimizer.", "optimizer-settings-per-rank",
+    "the optimizer differs between ranks at the step: its",
+    ": each rank steps its parameters with other hyper-parameters (a weight decay, momentum or betas set per rank, "
+    "or changed on one rank), so the ranks' parameters part although their gradients are averaged",
+    "each param group's hyper-parameters but the lr (weight decay, momentum, betas, eps: the recorder's groups) the "
+    "same on every rank at every step",
+    false, false};
+
 }  // namespace
 
-void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckState(r, kLossState, out, f);
-}
-
-void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckState(r, kModelState, out, f);
-}
-
-void CheckOutsideParams(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
-  CheckState(r, kOutsideParams, out, f);
+void CheckStatesAgree(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f) {
+  for (const StateCheck* c : {&kLossState, &kModelState, &kOutsideParams, &kOptimizerSettings}) CheckState(r, *c, out, f);
 }
 
 }  // namespace ddpcheck::core

@@ -44,17 +44,13 @@ bool ValidateSchedulerSpecs(const std::vector<SchedulerSpec>& specs);
 // The single-process reference check (core/dump_protocol_ref.cc).
 void CheckReference(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
-// Everything that parameterises the loss (ProtocolStep::loss_state) the same on every rank at each step
-// (core/dump_protocol_loss.cc).
-void CheckLossState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
-
-// What the module's submodules hold that DDP does not broadcast (ProtocolStep::model_state: plain attribute
-// tensors, plain settings) the same on every rank at each step (core/dump_protocol_loss.cc).
-void CheckModelState(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
-
-// The parameters the optimizer steps outside DDP's module (ProtocolStep::outside_params: a learnable loss weight)
-// the same on every rank after each step: DDP never all-reduces their gradients (core/dump_protocol_loss.cc).
-void CheckOutsideParams(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
+// What must be the same on every rank at each step although DDP does not make it so (core/dump_protocol_loss.cc):
+// everything that parameterises the loss (ProtocolStep::loss_state: loss-per-rank); what the module's submodules
+// hold that DDP does not broadcast (model_state: plain attribute tensors, plain settings; attribute-per-rank); the
+// parameters the optimizer steps outside DDP's module, whose gradients DDP never all-reduces (outside_params:
+// param-outside-ddp); each param group's hyper-parameters but the lr (optimizer_settings: weight_decay, momentum,
+// betas, eps; optimizer-settings-per-rank).
+void CheckStatesAgree(const ProtocolRecords& r, ProtocolResult* out, std::vector<ProtocolFinding>* f);
 
 // Each step's forward buffers against rank 0's after the step before, with broadcast_buffers
 // (core/dump_protocol_buffers.cc).

@@ -179,6 +179,13 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "awl = AutomaticWeightedLoss(2)\nddp = DDP(model)\nopt = AdamW([*ddp.parameters(), *awl.parameters()])",
        "class Both(nn.Module):  # model and loss weights in one module\n    ...\nddp = DDP(Both(model, "
        "AutomaticWeightedLoss(2)))\nopt = AdamW(ddp.parameters())"},
+      {"optimizer-settings-per-rank",
+       "a param group's hyper-parameters other than the lr (weight_decay, momentum, betas, eps) differ between "
+       "ranks at a step: each rank updates its parameters differently, so they part although DDP averages the "
+       "gradients",
+       "build the optimizer with the same settings on every rank, and change them (if at all) on every rank alike",
+       "wd = 0.05 if rank == 0 else 0.1\nopt = AdamW(ddp.parameters(), weight_decay=wd)",
+       "opt = AdamW(ddp.parameters(), weight_decay=0.05)  # one setting for every rank"},
       {"scheduler-one-rank",
        "the learning rate differs between ranks from some step on: parameters drift apart although the gradients "
        "are averaged",
@@ -223,6 +230,9 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "a parameter the optimizer steps that DDP's module does not hold differs between ranks after a step (the "
        "recorder's outside_params, its value or checksum after optimizer.step()): a learnable loss weight beside "
        "the model"},
+      {"optimizer-settings-per-rank", "rank-divergent", "lr (optimizer.<setting> (group <g>)), the first step",
+       "a param group's hyper-parameter other than the lr (weight_decay, momentum, betas, eps, as the recorder's "
+       "groups give them at the optimizer step) differs between ranks at a step"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

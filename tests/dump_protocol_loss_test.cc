@@ -198,5 +198,24 @@ TEST(ProtocolOutsideParams, AParameterBesideDdpThatPartsIsNamedAtItsFirstStep) {
   EXPECT_TRUE(agreed.result.mismatches.empty());
 }
 
+// A param group's weight decay set per rank: optimizer-settings-per-rank at the first step, naming the setting and
+// each rank's value; betas moved on every rank alike (OneCycleLR cycles them) pass.
+TEST(ProtocolOptimizerSettings, AWeightDecayPerRankIsNamedAndASharedScheduleOfBetasPasses) {
+  const auto res = CheckProtocol(World(2, 2, [](int k, int) {
+    return nlohmann::json{{"weight_decay (group 0)", k == 0 ? 0.05 : 0.1}, {"eps (group 0)", 1e-8}};
+  }, &ProtocolStep::optimizer_settings));
+  ASSERT_TRUE(res.diagnosis && res.result.first);
+  EXPECT_EQ(res.diagnosis->pattern, "optimizer-settings-per-rank");
+  EXPECT_EQ(res.result.first->key.step, 0);
+  EXPECT_EQ(res.result.first->key.checkpoint, Checkpoint::kLr);
+  EXPECT_EQ(res.result.first->key.tensor, "optimizer.weight_decay (group 0)");
+  EXPECT_NE(res.result.first->message.find("0.05 on rank 0, 0.1 on rank 1"), std::string::npos)
+      << res.result.first->message;
+  const auto shared = CheckProtocol(World(3, 3, [](int, int s) {
+    return nlohmann::json{{"betas (group 0)", {0.85 + 0.05 * s, 0.999}}};
+  }, &ProtocolStep::optimizer_settings));
+  EXPECT_TRUE(shared.result.mismatches.empty());
+}
+
 }  // namespace
 }  // namespace ddpcheck::core
