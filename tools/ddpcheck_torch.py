@@ -770,8 +770,11 @@ def _autocast_enabled():
 def _ddp_registered(ddp):
     """ids of the parameters DDP put in its buckets when it was built (those that required grad then: a backbone
     frozen after DDP(...) but before the recorder is still DDP's), or None where the reducer does not say (not DDP,
-    another torch)."""
+    another torch) or need not be asked (every parameter requires grad now: asking allocates the buckets' size of
+    zeros, on the parameters' device)."""
     reducer = getattr(ddp, "reducer", None)
+    if reducer is None or all(q.requires_grad for q in ddp.parameters()):
+        return None
     try:
         buckets = reducer._get_zeros_like_grad_buckets()
     except Exception:  # noqa: BLE001 - not a DDP of this torch: the recorder's requires_grad stands
