@@ -445,8 +445,8 @@ CompareResult CheckRankInvariants(const Trace& trace) {
                                                                     : "");
         if (most * 2 <= group.size()) {  // no majority (one rank against one at W=2): either may be the odd one
           m->message += std::string(m->message.empty() ? "" : "; ") +
-                        fmt::format("no value is held by most ranks: rank {} is named against rank {}, either may be "
-                                    "the one that differs", key.rank, base_key.rank);
+                        fmt::format("{}rank {} is named against rank {}, either may be the one that differs",
+                                    kNoMajority, key.rank, base_key.rank);
         }
         result.Add(*m);
       }

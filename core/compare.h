@@ -87,6 +87,9 @@ struct CompareResult {
   void Merge(const CompareResult& other);
 };
 
+// How a rank-divergent mismatch's message begins its note where no value is held by most ranks (one rank against
+// one at W=2): core::NameTheRankThatEdited (core/dump_check.h) breaks such ties on a recording's evidence.
+inline constexpr const char* kNoMajority = "no value is held by most ranks: ";
 CompareResult CheckRankInvariants(const Trace& trace);
 // The rank values are compared against: of n ranks' values, the first (lowest) of the largest group of equal ones
 // (same(i, j)) when it holds a strict majority, else 0. *held: that group's size (nullptr: not wanted).

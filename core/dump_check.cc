@@ -365,7 +365,6 @@ std::string ChangedAt(const TorchDump& d, int rank, int64_t step, Checkpoint at)
 }  // namespace
 
 void NameTheRankThatEdited(const TorchDump& d, Mismatch* m) {
-  static const std::string kTie = "no value is held by most ranks: ";
   if (m->kind != "rank-divergent" || m->against.rfind("rank ", 0) != 0) return;
   int other = -1;
   try {
@@ -377,7 +376,7 @@ void NameTheRankThatEdited(const TorchDump& d, Mismatch* m) {
   const std::string by_named = ChangedAt(d, named, m->key.step, m->key.checkpoint),
                     by_other = ChangedAt(d, other, m->key.step, m->key.checkpoint);
   if (by_named.empty() == by_other.empty()) return;  // neither or both: no evidence either way
-  const size_t tie = m->message.find(kTie);
+  const size_t tie = m->message.find(kNoMajority);
   if (tie == std::string::npos && by_named.empty()) return;  // most ranks hold the other value: the named rank stands
   const int editor = by_named.empty() ? other : named;
   if (editor != named) {

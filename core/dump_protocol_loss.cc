@@ -13,6 +13,9 @@
 // gradient matches its own rank's reference (attribute-per-rank). Values that change from step to step on a rank
 // are the loop's data (the last batch's graph), not a setting: they are not compared; an int every rank holds as
 // its own rank number neither.
+// Two more the same way: the parameters the optimizer steps beside DDP's module (outside_params, after each step:
+// DDP never all-reduces their gradients; param-outside-ddp) and each param group's hyper-parameters but the lr
+// (optimizer_settings, from the recorder's groups; optimizer-settings-per-rank). CheckStatesAgree runs all four.
 #include <algorithm>
 #include <cmath>
 #include <map>

@@ -1266,10 +1266,10 @@ class DdpRecorder:
                # every step says whether its forwards ran under autocast, reference or not: the ranks must agree
                "autocast": self._counts["autocast"] > 0}
         rec.update(edited)
-        state = self._loss_state()
+        state = self._walked(_protocol.loss_state, self._loss_fn, self.module, _tensor_digest)
         if state is not None:
             rec["loss_state"] = state
-        state = self._model_state()
+        state = self._walked(_protocol.model_state, self.module, _tensor_digest, self._model_digests)
         if state is not None:
             rec["model_state"] = state
         state = self._outside_params()
@@ -1369,19 +1369,14 @@ class DdpRecorder:
         self._fwd_buffers = None
         self._fwds_since_step = 0
 
-    def _loss_state(self):
-        """What parameterises the loss now (_protocol.loss_state), or None: a loss named by a string, or one the
-        walk failed on (that step is then not compared; training goes on)."""
+    @staticmethod
+    def _walked(walk, *args):
+        """walk(*args): what parameterises the loss now (_protocol.loss_state) or what the module's submodules hold
+        that DDP does not broadcast (_protocol.model_state), or None where there is nothing to walk (a loss named by
+        a string) or the walk failed on an object of the user's (that step is then not compared; training goes
+        on)."""
         try:
-            return _protocol.loss_state(self._loss_fn, self.module, _tensor_digest)
-        except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
-            return None
-
-    def _model_state(self):
-        """What the module's submodules hold that DDP does not broadcast (_protocol.model_state: plain attribute
-        tensors, plain settings), or None where the walk failed (that step is then not compared)."""
-        try:
-            return _protocol.model_state(self.module, _tensor_digest, self._model_digests)
+            return walk(*args)
         except Exception:  # noqa: BLE001 - an object of the user's that will not be looked at
             return None
 
@@ -1390,17 +1385,9 @@ class DdpRecorder:
         uncertainty-weighting module beside the model), as they are after the step: "group<g>[<i>]" -> "tensor
         <dtype>[<shape>] <values>" (up to 8 elements) or "... crc <digest>". DDP never all-reduces their gradients, so
         the ranks must agree on them by other means; {} when there are none."""
-        out = {}
-        for g, group in enumerate(self.opt.param_groups):
-            for i, q in enumerate(group["params"]):
-                if id(q) in self._pindex or not torch.is_tensor(q):
-                    continue
-                head = "tensor %s%s" % (str(q.dtype).replace("torch.", ""), list(q.shape))
-                if q.numel() <= 8:
-                    out["param:group%d[%d]" % (g, i)] = "%s %r" % (head, q.detach().reshape(-1).tolist())
-                else:
-                    out["param:group%d[%d]" % (g, i)] = "%s crc %s" % (head, _tensor_digest(q.detach()))
-        return out
+        return {"param:group%d[%d]" % (g, i): _protocol.tensor_text(q, _tensor_digest)
+                for g, group in enumerate(self.opt.param_groups) for i, q in enumerate(group["params"])
+                if torch.is_tensor(q) and id(q) not in self._pindex}
 
     def _reference(self, rec, captured, yb):
         """The float64 reference of the step `rec` records, from its captured forwards, into the current archive."""

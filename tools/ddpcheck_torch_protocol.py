@@ -607,29 +607,43 @@ _DEVICE_STR = re.compile(r"^(cpu|cuda|xpu|mps|hpu|npu|meta)(:\d+)?$")
 _WRITTEN = {}  # id(code) -> (code, names the code itself stores to: a counter or an accumulator, not a setting)
 
 
+def _nested(code):
+    """A function's code and the code nested in it (a comprehension, a lambda, an inner function)."""
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        yield c
+        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+
+
 def _written(code):
     """The global, nonlocal and attribute names a function's code assigns (its own and its nested code's)."""
     hit = _WRITTEN.get(id(code))
     if hit is not None and hit[0] is code:
         return hit[1]
-    names, todo = set(), [code]
-    while todo:
-        c = todo.pop()
-        names |= {i.argval for i in dis.get_instructions(c) if i.opname in (
-            "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "DELETE_GLOBAL", "DELETE_DEREF")}
-        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    names = {i.argval for c in _nested(code) for i in dis.get_instructions(c) if i.opname in (
+        "STORE_GLOBAL", "STORE_DEREF", "STORE_ATTR", "DELETE_GLOBAL", "DELETE_DEREF")}
     _WRITTEN[id(code)] = (code, names)
     return names
 
 
 def _code_globals(code):
     """The global names a function's code (and its nested code: a comprehension, a lambda) reads."""
-    names, todo = [], [code]
-    while todo:
-        c = todo.pop()
-        names += c.co_names
-        todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    return names
+    return [n for c in _nested(code) for n in c.co_names]
+
+
+def tensor_head(t):
+    """How a recorded state names a tensor's kind: "tensor <dtype>[<shape>]"."""
+    return "tensor %s%s" % (str(t.dtype).replace("torch.", ""), list(t.shape))
+
+
+def tensor_text(t, digest):
+    """A tensor as a recorded state holds it: its head and values where it has at most LOSS_SHOWN elements (a
+    non-finite float as its repr), else its head and "crc <digest(t)>"."""
+    if t.numel() <= LOSS_SHOWN:
+        return "%s %r" % (tensor_head(t), [x if not isinstance(x, float) or math.isfinite(x) else repr(x)
+                                            for x in t.detach().reshape(-1).tolist()])
+    return "%s crc %s" % (tensor_head(t), digest(t.detach()))
 
 
 def _library(f):
@@ -727,10 +741,8 @@ def _walk_state(root, trained, digest, model=False, cache=None):
         elif torch.is_tensor(v):
             if not tensors or id(v) in trained or v.numel() > limit or v.layout != torch.strided:
                 return
-            head = "tensor %s%s" % (str(v.dtype).replace("torch.", ""), list(v.shape))
             if v.numel() <= LOSS_SHOWN:
-                put(name, "%s %r" % (head, [x if not isinstance(x, float) or math.isfinite(x) else repr(x)
-                                             for x in v.detach().reshape(-1).tolist()]))
+                put(name, tensor_text(v, digest))
                 return
             key = (v._version, v.data_ptr(), v.dtype, tuple(v.shape), tuple(v.stride()))
             hit = (cache or {}).get(id(v))
@@ -742,7 +754,7 @@ def _walk_state(root, trained, digest, model=False, cache=None):
                 budget[0] -= v.numel()
                 d = digest(v)
             kept[id(v)] = (v, key, d)
-            put(name, "%s crc %s" % (head, d))
+            put(name, "%s crc %s" % (tensor_head(v), d))
         elif model:
             return  # the model's functions and other objects: not its state
         elif depth < LOSS_DEPTH and id(v) not in seen:
