@@ -135,6 +135,12 @@ struct AmpSpec {
   // false: torch.autocast without a GradScaler (bfloat16 training, CPU autocast): the loss is not scaled,
   // nothing is unscaled or checked for inf, every step runs the optimizer.
   bool grad_scaler = true;
+  // Not a scenario field (never read from or written to JSON): the float64 oracle of an AMP run (harness/check.cc,
+  // CheckOptions::oracle_precision; gpu-report's "vs fp64") keeps the run's GradScaler and autocast's casts, each
+  // cast keeping its value in float64 and only overflowing where the low type would (reference/autocast.h,
+  // LowCast): the run's overflowing steps are skipped there too, the scale sequence is the run's, and what differs
+  // is the roundings alone.
+  bool range_only = false;
 };
 
 // A fault: BUGS.md name, optional rank (-1: all/default) and step (-1: from the start).

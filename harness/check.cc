@@ -21,9 +21,11 @@ namespace {
 core::Status ProduceWant(const core::Scenario* s, const CheckOptions& opts, Produced* want) {
   const Source src = opts.want.value_or(Source{SourceKind::kReference, ""});
   if (src.kind == SourceKind::kReference && s && opts.oracle_precision) {
+    // An AMP run's oracle in a wider precision keeps its GradScaler (the run's local and reduced gradients are
+    // scaled) and autocast's overflow, not its roundings (AmpSpec::range_only).
     core::Scenario at = *s;
     at.precision = *opts.oracle_precision;
-    at.amp.enabled = false;
+    at.amp.range_only = at.amp.enabled;
     DDPCHECK_RETURN_IF_ERROR(Produce(src, &at, opts, want));
     want->name = "reference (" + core::DTypeName(at.precision) + ")";
     return core::Status::Ok();

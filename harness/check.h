@@ -40,8 +40,8 @@ struct CheckOptions {
   Source got{SourceKind::kSim, ""};  // the run under test
   // The oracle. nullopt: the scenario's reference (for a torch dump: its replay), unless `replay` is false.
   std::optional<Source> want;
-  // The oracle's precision when it is the reference (gpu-report compares with fp64; AMP off then). nullopt: the
-  // scenario's own.
+  // The oracle's precision when it is the reference (gpu-report compares with fp64; an AMP run's oracle keeps its
+  // GradScaler and autocast's overflow, not its roundings: AmpSpec::range_only). nullopt: the scenario's own.
   std::optional<core::DType> oracle_precision;
   bool replay = true;  // false: compare nothing against an oracle; only the run's own invariants
   // Further runs compared against the same oracle; each one's verdict is listed in report.cross_checks

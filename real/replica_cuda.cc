@@ -96,7 +96,8 @@ enum class Kind { kLinear, kRelu, kTanh, kBatchNorm, kSyncBatchNorm, kDropout };
 struct Layer {
   core::LayerSpec spec;
   Kind kind = Kind::kRelu;
-  bool bypassed = false;
+  bool rank_bypassed = false;  // RankSetup::bypassed: unused on this rank
+  bool bypassed = false;       // in the last Forward: rank_bypassed, or not this micro-step's (only_micro_step)
   int param_base = -1;   // weight at param_base, bias at param_base + 1
   int buffer_base = -1;  // running_mean, running_var, num_batches_tracked
   // From the last Forward:
@@ -348,7 +349,7 @@ core::Status CudaReplica::Create(const RankSetup& setup, const core::OptimizerSp
     const core::LayerSpec& spec = setup.layers[li];
     Layer L;
     L.spec = spec;
-    L.bypassed = setup.bypassed[li];
+    L.rank_bypassed = L.bypassed = setup.bypassed[li];
     if (spec.type == "linear") {
       L.kind = Kind::kLinear;
       L.param_base = static_cast<int>(r->param_infos_.size());
@@ -474,6 +475,11 @@ core::Status CudaReplica::ForwardT(const core::Batch& batch, double* loss) {
         return core::Status::Invalid(fmt::format("model input: class id {} is not an integer in [0, {})", c, out));
       }
     }
+  }
+  // A layer used only in one micro-step of the no_sync window is an identity in the others (reference/model.h
+  // SetMicroStep); Backward skips what this Forward bypassed.
+  for (Layer& L : im.layers) {
+    L.bypassed = L.rank_bypassed || (L.spec.only_micro_step >= 0 && L.spec.only_micro_step != batch.micro_step);
   }
   for (size_t i = 0; i < im.layers.size(); ++i) {
     const Layer& L = im.layers[i];

@@ -45,6 +45,7 @@ struct RankSetup {
   std::string loss = "mse";
   std::map<std::string, core::Tensor> initial;  // every parameter and buffer, by state_dict name
   std::vector<bool> bypassed;                   // per layer: an identity on this rank (unused-parameter faults)
+                                                // (only_micro_step layers: Forward bypasses them per micro-step)
   std::function<double()> dropout_uniform;      // the next draw of this rank's dropout stream, in [0, 1)
 };
 

@@ -50,8 +50,10 @@ class Linear {
   // to it, computes x W^T + b with float32 accumulation and rounds y to it; Backward rounds dy to it, and dx,
   // dW, db are float32-accumulated products of low-valued operands rounded once to it. The parameters and
   // their grads stay float (grads hold low-rounded values, as the cast's backward returns them).
-  void SetAutocast(std::optional<core::DType> low) {
+  // range_only: the float64 oracle of an AMP run (LowCast): values kept, only the cast's overflow applied.
+  void SetAutocast(std::optional<core::DType> low, bool range_only = false) {
     autocast_ = low;
+    range_only_ = range_only;
   }
   std::optional<core::DType> autocast() const { return autocast_; }
 
@@ -93,27 +95,30 @@ class Linear {
 
  private:
   // x_ keeps the low-valued input (the cast autograd saves); W's cast is recomputed (torch caches it).
-  Matrix<T> AutocastForward(const Matrix<T>& x, core::DType low) {
-    x_ = RoundToLow(x, low);
-    const Matrix<T> w = RoundToLow(weight_.Value(out_, in_), low);
+  Matrix<T> AutocastForward(const Matrix<T>& x, core::DType dtype) {
+    const LowCast low{dtype, range_only_};
+    x_ = CastToLow(x, low);
+    const Matrix<T> w = CastToLow(weight_.Value(out_, in_), low);
     Matrix<T> y = x_ * w.transpose();
-    if (has_bias_) y.rowwise() += RoundToLow(bias_.ValueRow(), low).row(0);
-    RoundInPlace(&y, low);
+    if (has_bias_) y.rowwise() += CastToLow(bias_.ValueRow(), low).row(0);
+    CastInPlace(&y, low);
     return y;
   }
-  Matrix<T> AutocastBackward(const Matrix<T>& dy_in, const SlotReadyFn& ready, core::DType low, bool need_dx) {
-    const Matrix<T> dy = RoundToLow(dy_in, low);
+  Matrix<T> AutocastBackward(const Matrix<T>& dy_in, const SlotReadyFn& ready, core::DType dtype, bool need_dx) {
+    const LowCast low{dtype, range_only_};
+    const Matrix<T> dy = CastToLow(dy_in, low);
     if (has_bias_) {
-      bias_.Accumulate(RoundToLow(dy.colwise().sum(), low));
+      bias_.Accumulate(CastToLow(dy.colwise().sum(), low));
       if (ready) ready(1);
     }
-    weight_.Accumulate(RoundToLow(dy.transpose() * x_, low));
+    weight_.Accumulate(CastToLow(dy.transpose() * x_, low));
     if (ready) ready(0);
     if (!need_dx) return {};
-    return RoundToLow(dy * RoundToLow(weight_.Value(out_, in_), low), low);
+    return CastToLow(dy * CastToLow(weight_.Value(out_, in_), low), low);
   }
 
   std::optional<core::DType> autocast_;
+  bool range_only_ = false;
   int64_t in_ = 0, out_ = 0;
   bool has_bias_ = true;
   Param<T> weight_, bias_;

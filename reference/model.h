@@ -97,7 +97,9 @@ class Model {
   // dtype (BatchNorm computing in float32 internally, as torch's mixed-precision kernels do), so their output
   // is rounded to `low` when their input was low; MSE and cross-entropy run in float32 on the low-valued
   // output. Backward mirrors it: the gradient of every low-valued activation is rounded to `low`.
-  void SetAutocast(std::optional<core::DType> low);
+  // range_only: the float64 oracle of an AMP run (AmpSpec::range_only, reference/autocast.h's LowCast): every one
+  // of those casts keeps its value and only overflows as the cast would.
+  void SetAutocast(std::optional<core::DType> low, bool range_only = false);
   std::optional<core::DType> autocast() const { return autocast_; }
   // Reseeds the generator all Dropout masks are drawn from (one draw per element, layer by layer).
   void SetDropoutSeed(uint64_t seed) { dropout_rng_.seed(seed); }
@@ -204,8 +206,9 @@ class Model {
   int rank_ = 0;
   std::mt19937_64 dropout_rng_{0};
   core::SyncBnGroup* sync_group_ = nullptr;
-  void RoundToAutocast(Matrix<T>* m) const;  // rounds to *autocast_
+  void RoundToAutocast(Matrix<T>* m) const;  // autocast's cast (LowCast) to *autocast_
   std::optional<core::DType> autocast_;
+  bool autocast_range_only_ = false;
   bool has_forward_ = false;
   std::vector<Matrix<T>> inputs_;  // per layer, from the last Forward
   Matrix<T> output_;               // the last Forward's output

@@ -84,18 +84,19 @@ void Model<T>::SetMicroStep(int64_t micro_step) {
 }
 
 template <class T>
-void Model<T>::SetAutocast(std::optional<core::DType> low) {
+void Model<T>::SetAutocast(std::optional<core::DType> low, bool range_only) {
   DDPCHECK_CHECK(!low || *low == core::DType::kFloat16 || *low == core::DType::kBFloat16, "autocast dtype ",
                  core::DTypeName(*low));
   autocast_ = low;
+  autocast_range_only_ = range_only;
   for (Layer& l : layers_) {
-    if (auto* lin = std::get_if<Linear<T>>(&l)) lin->SetAutocast(low);
+    if (auto* lin = std::get_if<Linear<T>>(&l)) lin->SetAutocast(low, range_only);
   }
 }
 
 template <class T>
 void Model<T>::RoundToAutocast(Matrix<T>* m) const {
-  if (autocast_) RoundInPlace(m, *autocast_);
+  if (autocast_) CastInPlace(m, LowCast{*autocast_, autocast_range_only_});
 }
 
 template <class T>
@@ -237,7 +238,9 @@ core::Status Model<T>::Forward(const Matrix<T>& x, const core::Tensor& y, T* los
       low = true;
     } else if (low) {
       RoundToAutocast(&h);
-      if (auto* t = std::get_if<Tanh<T>>(&layers_[i])) t->RoundSavedOutput(*autocast_);
+      // (|tanh| <= 1 never overflows: a range-only cast leaves the saved output as it is)
+      auto* t = std::get_if<Tanh<T>>(&layers_[i]);
+      if (t && !autocast_range_only_) t->RoundSavedOutput(*autocast_);
     }
   }
   output_low_ = low;

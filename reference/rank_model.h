@@ -34,7 +34,7 @@ core::Status BuildRankModel(const core::Scenario& s, int rank, Model<T>* model, 
   }
   // (A double model under autocast is the step-local replay's: float master weights replayed in float64,
   // the autocast roundings emulated; scenarios themselves are validated to fp32 with AMP.)
-  if (s.amp.enabled) model->SetAutocast(core::AmpDType(s.amp));
+  if (s.amp.enabled) model->SetAutocast(core::AmpDType(s.amp), s.amp.range_only);
   model->SetRank(rank);
   model->SetDropoutSeed(DropoutSeed(rank));
   model->SetInputGradNeeded(false);  // the data needs no gradient: backward ends at the first parameter

@@ -5,6 +5,7 @@
 
 #include "core/faults.h"
 #include "reference/model.h"
+#include "reference/model_spec.h"
 #include "reference/rank_model.h"
 
 namespace ddpcheck::harness {
@@ -24,8 +25,12 @@ core::Status Fill(const core::Scenario& rs, int rank, real::RankSetup* out) {
     const T* p = m.buffer_data(i);
     out->initial[info.name] = core::Tensor(info.dtype, info.shape, std::vector<double>(p, p + info.numel()));
   }
+  // The rank's own bypasses (unused on this rank); a layer used only in one micro-step of a no_sync window
+  // (only_micro_step) is bypassed per forward by the replica, which reads the batch's micro_step.
   out->bypassed.assign(static_cast<size_t>(m.num_layers()), false);
-  for (int l = 0; l < m.num_layers(); ++l) out->bypassed[static_cast<size_t>(l)] = m.layer_bypassed(l);
+  for (int l = 0; l < m.num_layers(); ++l) {
+    out->bypassed[static_cast<size_t>(l)] = ref::LayerBypassedOnRank(rs.model[static_cast<size_t>(l)], rank);
+  }
   return core::Status::Ok();
 }
 }  // namespace
