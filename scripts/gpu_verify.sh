@@ -49,9 +49,9 @@ bench=$(find_bin gpu_ddp_step_bench)
 for amp in none bf16; do
   a=(); [ "$amp" != none ] && a=(--amp "$amp")
   echo "== ddpcheck gpu_ddp_step_bench W=$gpus amp=$amp" >>"$work/bench.txt"
-  timeout 120 "$bench" --world "$gpus" --width 2048 --layers 3 --batch 256 --steps 100 "${a[@]}" >>"$work/bench.txt" 2>&1
+  timeout 120 "$bench" --world "$gpus" --width 2048 --layers 3 --batch 256 --steps 300 "${a[@]}" >>"$work/bench.txt" 2>&1
   echo "== torch DDP (NCCL) W=$gpus amp=$amp" >>"$work/bench.txt"
   timeout 120 torchrun --standalone --nproc_per_node="$gpus" bench/torch_gpu_ddp_step.py --width 2048 --layers 3 \
-    --batch 256 --steps 100 --amp "$amp" >>"$work/bench.txt" 2>&1
+    --batch 256 --steps 300 --amp "$amp" >>"$work/bench.txt" 2>&1
 done
 cat "$work/summary.txt" "$work/faults.txt" "$work/bench.txt"
