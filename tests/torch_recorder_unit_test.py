@@ -980,6 +980,43 @@ class BucketTaps(_OneRankGroup):
         np.testing.assert_allclose(ref, grad.double().numpy(), rtol=1e-5, atol=1e-7)
         self.assertEqual(torch.get_default_dtype(), torch.float32)
 
+    def test_the_reference_draws_the_run_s_random_numbers(self):
+        """A VAE's reparameterization, torch.randn_like(mu) in forward (pytorch/examples vae; QA round 15: a correct
+        run FAILed at step 0, loss 2 % off): on the float64 copy's mu the draw would be float64, and torch draws other
+        numbers for float64 than for float32 from the same state. Drawn in the run's float32 and widened, the
+        reference's noise is the run's: its gradient is the run's up to float32 rounding; and torch.randn(shape),
+        x.normal_() and torch.rand_like are drawn as the run drew them too."""
+        class Vae(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc, self.mu, self.dec = nn.Linear(6, 8), nn.Linear(8, 20), nn.Linear(20, 6)
+
+            def forward(self, x):
+                mu = self.mu(torch.tanh(self.enc(x)))
+                z = mu + torch.randn_like(mu) + 0.5 * torch.rand_like(mu)
+                z = z + 0.1 * torch.empty_like(mu).normal_() + 0.1 * torch.randn(mu.shape)
+                return self.dec(z)
+
+        torch.manual_seed(0)
+        ddp = nn.parallel.DistributedDataParallel(Vae())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        out = tempfile.mkdtemp()
+        rec = ddpcheck_torch.DdpRecorder(ddp, opt, loss_fn=nn.MSELoss(), out_dir=out, reference=True)
+        x, y = torch.randn(4, 6), torch.randn(4, 6)
+        torch.manual_seed(7)
+        opt.zero_grad()
+        nn.MSELoss()(ddp(x), y).backward()
+        grads = {n: q.grad.clone() for n, q in ddp.module.named_parameters()}
+        opt.step()
+        rec.step(torch.arange(4), x, y)
+        rec.close()
+        st = _index(out)["steps"][0]
+        self.assertIn("ref_grads", st, st.get("ref_note"))
+        ref = np.load(os.path.join(out, "rank0", "s0.npz"))
+        for n, g in grads.items():
+            np.testing.assert_allclose(ref["s0.ref." + n], g.double().numpy(), rtol=1e-4, atol=1e-6, err_msg=n)
+        self.assertIs(torch.randn_like, torch._C._VariableFunctions.randn_like)  # (put back)
+
     def test_a_closure_optimizer_step_runs_more_than_once_has_no_reference_of_the_steps_start(self):
         """LBFGS calls the closure, a forward and backward through DDP, several times inside optimizer.step(), each at
         the parameters it moved to: the step says why it has no single-process reference (a float64 gradient of the

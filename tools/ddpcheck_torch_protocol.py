@@ -489,6 +489,61 @@ def _float32_casts_kept_float64():
         torch.Tensor.to, torch.Tensor.float = to, to_float
 
 
+_DRAWS = ("randn", "rand", "randn_like", "rand_like")
+_DRAWS_IN_PLACE = ("normal_", "uniform_", "exponential_", "log_normal_", "cauchy_", "geometric_")
+
+
+@contextlib.contextmanager
+def _random_draws_in(dtype):
+    """While the float64 reference recomputes a forward of a run in `dtype` (float32): a random draw asked for in
+    float64 (torch.randn_like(mu) on the copy's float64 mu, a VAE's reparameterization; torch.randn(shape) under a
+    float64 default dtype; x.normal_() on a float64 tensor) is drawn in `dtype` and widened. torch's generators
+    draw other numbers for float64 than for float32 from the same state (randn of 16 elements or more, torch 1.13):
+    drawn in float64 the reference's noise would not be the run's."""
+    if dtype is None or dtype == torch.float64:
+        yield
+        return
+    saved = {name: getattr(torch, name) for name in _DRAWS}
+    saved_in_place = {name: getattr(torch.Tensor, name) for name in _DRAWS_IN_PLACE}
+
+    def wide(name):
+        f = saved[name]
+        like = name.endswith("_like")
+
+        def draw(*args, **kwargs):
+            want = kwargs.get("dtype") or (args[0].dtype if like and args and torch.is_tensor(args[0])
+                                           else torch.get_default_dtype())
+            if want != torch.float64 or kwargs.get("out") is not None:
+                return f(*args, **kwargs)
+            grad = kwargs.pop("requires_grad", False)
+            out = f(*args, **dict(kwargs, dtype=dtype)).to(torch.float64)
+            return out.requires_grad_(grad) if grad else out
+        return draw
+
+    def wide_in_place(name):
+        f = saved_in_place[name]
+
+        def draw(self, *args, **kwargs):
+            if self.dtype != torch.float64:
+                return f(self, *args, **kwargs)
+            with torch.no_grad():
+                self.copy_(f(torch.empty(self.shape, dtype=dtype, device=self.device), *args, **kwargs))
+            return self
+        return draw
+
+    for name in _DRAWS:
+        setattr(torch, name, wide(name))
+    for name in _DRAWS_IN_PLACE:
+        setattr(torch.Tensor, name, wide_in_place(name))
+    try:
+        yield
+    finally:
+        for name, f in saved.items():
+            setattr(torch, name, f)
+        for name, f in saved_in_place.items():
+            setattr(torch.Tensor, name, f)
+
+
 def _clone(x):
     if torch.is_tensor(x):
         return x.detach().clone()
@@ -881,6 +936,8 @@ class Reference:
     def __init__(self, module, loss_fn):
         self.note = None
         self.model = None
+        # The run's floating dtype (its first floating parameter's): the reference draws its random numbers in it
+        self.run_dtype = next((q.dtype for q in module.parameters() if q.is_floating_point()), None)
         try:
             self.model = copy.deepcopy(module).double()
         except Exception as e:  # noqa: BLE001 - any module that cannot be copied: say so, record the rest
@@ -1074,13 +1131,14 @@ class Reference:
             for q in params.values():
                 q.grad = None
             try:
-                loss = forward()
-                loss.backward()
+                with _random_draws_in(self.run_dtype):
+                    loss = forward()
+                    loss.backward()
             except RuntimeError as e:
                 # A forward that makes float32 tensors of its own (an RNN's zero state, torch.zeros(B, H)) or casts
                 # to float32 (out.float() before the loss) meets the float64 copy's: again with float64 as torch's
-                # default dtype and float32 casts of float64 tensors kept float64, only where dtypes clashed (a
-                # forward drawing torch.randn(...) itself draws other numbers in float64 than the run in float32)
+                # default dtype and float32 casts of float64 tensors kept float64, only where dtypes clashed (random
+                # draws stay the run's: _random_draws_in)
                 if not any(w in str(e) for w in ("dtype", "scalar type", "type (", "Double", "Float")):
                     raise
                 for q in params.values():
@@ -1088,7 +1146,7 @@ class Reference:
                 default = torch.get_default_dtype()
                 torch.set_default_dtype(torch.float64)
                 try:
-                    with _float32_casts_kept_float64():
+                    with _float32_casts_kept_float64(), _random_draws_in(self.run_dtype):
                         loss = forward()
                         loss.backward()  # (a reentrant checkpoint runs the forward again in the backward)
                 finally:
