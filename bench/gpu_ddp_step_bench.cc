@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
   // Four batches per rank an epoch, as many epochs as the steps need (within ddpcheck's data limit of 32M values).
   s.data.samples = batch * world * 4;
   s.data.in_features = s.data.out_features = width;  // (a file's 0 is resolved by the loader, not here)
-  s.epochs = (steps + 7) / 4;
-  s.steps = steps + 4;
+  const int64_t warm = 10;  // steps before the timed ones
+  s.steps = warm + steps;
+  s.epochs = (s.steps + 3) / 4;
   s.faults.clear();
   core::Status st = core::ValidateScenario(s);
   if (st.ok()) st = core::MaterializeData(&s);
@@ -68,34 +69,33 @@ int main(int argc, char** argv) {
   real::RealOptions ro = harness::WithReferenceSetup(real::RealOptions{});
   ro.record = false;
   ro.tf32 = math == "tf32";
-  // A run pays its setup (the reference's initial values, the replicas, NCCL's communicator) once, and the first
-  // run of a process also CUDA's context and cuBLAS's handles, which vary by half a second on an H100 (20 steps:
-  // 78 ms/step, 120 steps: 9.6 ms/step "incl. setup" there): a first run of 4 steps is discarded, then runs of
-  // 4 and 4 + steps steps are timed, and their difference over `steps` is the step's marginal time.
-  auto timed = [&](int64_t n, double* ms) {
-    core::Scenario r = s;
-    r.steps = n;
-    r.epochs = (n + 3) / 4;
-    core::Trace trace;
-    core::Status finding;  // a rank that stopped early (a timeout, a DDP error) would time fewer steps
-    const auto t0 = std::chrono::steady_clock::now();
-    const core::Status rs = real::RunReal(r, ro, &trace, &finding);
-    *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return rs.ok() ? finding : rs;
+  // The steps are timed inside the run (rank 0's step ends, RealOptions::on_step), after `warm` steps, so neither
+  // the setup (the reference's initial values, the replicas, NCCL's communicator: 0.7 s on an H100, varying by
+  // 0.1 s run to run) nor CUDA's first-use costs are in it. (Timing whole runs and subtracting was too noisy:
+  // over 100 steps it gave 0.1 ms/step on the H100, reports/gpu/h100-x1/README.md.) A step ends when rank 0's
+  // optimizer step has been queued; the next step's loss read waits for it, so over many steps the mean is the
+  // GPU's step time.
+  std::chrono::steady_clock::time_point t_warm, t_end;
+  ro.on_step = [&](int64_t step, int64_t) {
+    if (step == warm) t_warm = std::chrono::steady_clock::now();
+    if (step == warm + steps) t_end = std::chrono::steady_clock::now();
   };
-  double first = 0, base = 0, full = 0;
-  for (auto [n, ms] : {std::pair<int64_t, double*>{4, &first}, {4, &base}, {4 + steps, &full}}) {
-    st = timed(n, ms);
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", st.ToString().c_str());
-      return 1;
-    }
+  core::Trace trace;
+  core::Status finding;  // a rank that stopped early (a timeout, a DDP error) would time fewer steps
+  const auto t0 = std::chrono::steady_clock::now();
+  st = real::RunReal(s, ro, &trace, &finding);
+  const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (st.ok()) st = finding;
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.ToString().c_str());
+    return 1;
   }
+  const double ms = std::chrono::duration<double, std::milli>(t_end - t_warm).count() / static_cast<double>(steps);
   std::printf("# ddpcheck gpu_ddp_step_bench: %s\n", real::ProvenanceLine(real::GetProvenance()).c_str());
-  std::printf("W=%d layers=%d width=%lld batch/rank=%lld amp=%s math=%s: %.3f ms/step (marginal over %lld steps; "
-              "setup %.0f ms, the process's first run %.0f ms for 4 steps)\n",
+  std::printf("W=%d layers=%d width=%lld batch/rank=%lld amp=%s math=%s: %.3f ms/step (mean of %lld steps after %lld "
+              "warm-up steps; the whole run %.0f ms)\n",
               world, layers, static_cast<long long>(width), static_cast<long long>(batch),
-              amp.empty() ? "off" : amp.c_str(), math.c_str(), (full - base) / static_cast<double>(steps),
-              static_cast<long long>(steps), base - 4 * (full - base) / static_cast<double>(steps), first);
+              amp.empty() ? "off" : amp.c_str(), math.c_str(), ms, static_cast<long long>(steps),
+              static_cast<long long>(warm), total);
   return 0;
 }

@@ -112,6 +112,7 @@ core::Status RunOneRank(const core::Scenario& s, const RealOptions& opts, int ra
     }
     core::RankRunOptions ro;
     ro.trace = trace;
+    if (rank == 0) ro.on_step = opts.on_step;
     st = core::RunRank(s, rank, replica.get(), comm.get(), ro);
     if (st.ok() && nccl) st = nccl->Synchronize();  // a late asynchronous failure is still this run's
     ctx->TouchAll();

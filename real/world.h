@@ -33,6 +33,9 @@ struct RealOptions {
   RankSetupFn setup;
   // hybrid only: rank r's host communicator, called on rank r's thread.
   HostCommFn host_comm;
+  // Rank 0's progress, after each optimizer step (core::RankRunOptions::on_step): gpu_ddp_step_bench times the
+  // steps with it, without the setup. May be empty.
+  std::function<void(int64_t step, int64_t steps)> on_step;
 };
 
 // "no CUDA device" as a Status (InvalidArgument: the CLI exits 2) when the machine has no GPU.
