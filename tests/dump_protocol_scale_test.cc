@@ -103,6 +103,20 @@ TEST(LossRatio, AnAddedTermIsNotCheckedAndTheNoteNamesEveryStepItAppliesTo) {
   EXPECT_NE(Skipped(other).find("rank 1, step 0 (1 of its 1)"), std::string::npos) << Skipped(other);
 }
 
+// Without batch indices nothing looks at the data: the report says so (QA round 15: each rank standardizing its
+// inputs with its own shard's statistics passed with no word that the data went unchecked); with them it does not.
+TEST(DataNotChecked, NoBatchIndicesOnAnyRankIsSaid) {
+  const ProtocolResult none = CheckProtocol(World(2, 2, {}));
+  EXPECT_TRUE(none.result.pass);
+  EXPECT_NE(Skipped(none).find("the data: rec.step() got no batch indices"), std::string::npos) << Skipped(none);
+  ProtocolRecords r = World(2, 2, {});
+  for (auto& rank : r.ranks) {
+    for (auto& st : rank.steps) st.indices = {rank.rank, rank.rank + 2};
+  }
+  const ProtocolResult with = CheckProtocol(r);
+  EXPECT_EQ(Skipped(with).find("got no batch indices"), std::string::npos) << Skipped(with);
+}
+
 // Rank 1's recorded local bucket off by 1e-6 while the reduced one is the mean of the true ones: the mean check fails
 // first; with every rank's reference it names rank 1's local gradient, without them the reduced bucket at rank 0.
 TEST(MeanOfLocalBuckets, ALocalBucketOffItsReferenceNamesItsRankNotTheReducedBucket) {
