@@ -35,7 +35,13 @@ bool RegisterCommand(const std::string& name, SetupFn setup) {
 
 const std::vector<std::pair<std::string, SetupFn>>& RegisteredCommands() { return Registry(); }
 
-void ErrLine(const std::string& line) {
+void ErrLine(const std::string& text) {
+  // One line, never a screenful: a value echoed whole (a 100 KB layer type, fault name or flag in an "unknown value"
+  // message, QA round 15) is cut in the middle, keeping what was wrong and where (the start) and the fix (the end).
+  constexpr size_t kMax = 2000;
+  const std::string line = text.size() <= kMax ? text
+                                               : text.substr(0, 1200) + "...(" + std::to_string(text.size() - 1700) +
+                                                     " characters cut)..." + text.substr(text.size() - 500);
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);

@@ -468,6 +468,12 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
     DumpTensorFiles tensors(r.dir);
     DDPCHECK_RETURN_IF_ERROR(tensors.Read(ds.at("x").get<std::string>(), &x));
     DDPCHECK_RETURN_IF_ERROR(tensors.Read(ds.at("y").get<std::string>(), &y));
+    // A row per sample in both (QA round 15: a 0-d x crashed here, its row count read from an empty shape)
+    if (x.shape.empty() || y.shape.empty() || x.shape[0] != y.shape[0]) {
+      return Status::Invalid(fmt::format("/dataset (rank {}'s): x of shape {} and y of shape {} must both hold a row "
+                                         "per sample (the same first dimension, at least 1-d): a damaged dump? record "
+                                         "it again", r.rank, ShapeString(x.shape), ShapeString(y.shape)));
+    }
     if (s->data.x.data.empty() || ds.value("complete", false)) {
       s->data.x = x;
       s->data.y = y;

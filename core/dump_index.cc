@@ -290,7 +290,14 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"init_optimizer_state", Is::kObject},
                                    {"join", Is::kBool},
                                    {"mode_dependent", Is::kStringMap},
-                                   {"init_optimizer_step_counts", Is::kNumberMap}}));
+                                   {"init_optimizer_step_counts", Is::kNumberMap},
+                                   {"module_type", Is::kString},
+                                   {"scheduler_types", Is::kStringArray},
+                                   {"replay", Is::kObject}}));
+  if (ix.contains("replay")) {
+    DDPCHECK_RETURN_IF_ERROR(
+        Fields(ix.at("replay"), "/replay", {{"possible", Is::kBool}, {"reasons", Is::kStringArray}}));
+  }
   // The header's sizes, on every rank's index alike (rank r > 0's was read but not checked: a sampler length of
   // 2^40 there allocated that many indices)
   DDPCHECK_RETURN_IF_ERROR(InRange(ix, "", {"world_size"}, 1, kMaxWorld, "the number of ranks"));
@@ -321,6 +328,14 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"track_running_stats", Is::kBool},
                                      {"p", Is::kNumber}}));
     DDPCHECK_RETURN_IF_ERROR(InRange(model[i], p, {"in", "out", "features"}, 1, kMaxWidth, "a layer's width"));
+    const std::string type = model[i].at("type").get<std::string>();
+    for (const char* k : {"in", "out", "features"}) {
+      const bool needed = type == "linear" ? std::string(k) != "features"
+                                           : (type == "batchnorm1d" || type == "syncbatchnorm1d") && std::string(k) == "features";
+      if (needed && !model[i].contains(k)) {
+        return Status::Invalid(JsonPath(p, k) + ": missing; a " + type + " layer needs it (a damaged dump? record it again)");
+      }
+    }
     if (model[i].contains("p") && !(model[i].at("p").get<double>() >= 0 && model[i].at("p").get<double>() <= 1)) {
       return JsonError(JsonPath(p, "p"), "must be a dropout probability in [0, 1]", model[i].at("p"));
     }
@@ -351,6 +366,11 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"eps", Is::kNumber},
                                      {"betas", Is::kArray}}));
     const json& opt = ix.at("optimizer");
+    // (the recorder writes the optimizers the replay runs; any other is null: QA round 15's "str" was read as Adam)
+    if (opt.at("type") != "sgd" && opt.at("type") != "adam" && opt.at("type") != "adamw") {
+      return JsonError("/optimizer/type", "must be sgd, adam or adamw (the recorder writes null for another optimizer)",
+                       opt.at("type"));
+    }
     DDPCHECK_RETURN_IF_ERROR(CheckOptimizerValues(opt, "/optimizer"));
     if (opt.at("type") == "adam" || opt.at("type") == "adamw") {
       if (!opt.contains("betas") || opt.at("betas").size() != 2 || !opt.at("betas")[0].is_number() ||
@@ -421,7 +441,8 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
   }
   if (ix.contains("sampler")) {
     DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("sampler"), "/sampler",
-                                    {{"shuffle", Is::kBool},
+                                    {{"type", Is::kString},
+                                     {"shuffle", Is::kBool},
                                      {"seed", Is::kInt},
                                      {"drop_last", Is::kBool},
                                      {"set_epoch_calls", Is::kIntArray},

@@ -35,6 +35,7 @@ std::map<std::string, std::vector<double>> FromBuckets(const ProtocolRecords& r,
     size_t offset = 0;
     for (int i : b.params) {
       if (i < 0 || static_cast<size_t>(i) >= r.params.size()) break;
+      if (r.params[static_cast<size_t>(i)].numel < 0) break;  // not recorded (the index schema allows it): unknown
       const auto n = static_cast<size_t>(r.params[static_cast<size_t>(i)].numel);
       if (offset + n > t->data.size()) break;
       out[r.params[static_cast<size_t>(i)].name].assign(t->data.begin() + static_cast<long>(offset),

@@ -113,6 +113,16 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("grads"), &s->grads));
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("params"), &s->params));
   if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("ref_grads"), &s->ref_grads));
+  // A float64 reference that is not finite stands for nothing (an infinite one made every budget infinite and
+  // passed, QA round 15): the step is left without one, and the report says so at it.
+  for (const auto& [name, t] : s->ref_grads) {
+    const auto bad = std::find_if(t.data.begin(), t.data.end(), [](double v) { return !std::isfinite(v); });
+    if (bad == t.data.end()) continue;
+    s->ref_note = fmt::format("its float64 reference gradient of {} is not finite ({} at flat index {}): a damaged "
+                              "dump, or a reference that overflowed", name, *bad, bad - t.data.begin());
+    s->ref_grads.clear();
+    break;
+  }
   // The normalisation statistics among the buffers (what CheckBufferBroadcast compares; per channel, small).
   s->forward_buffers_first = st.value("forward_buffers_first", false);  // a bool: the index schema
   for (const auto& [key, into] : {std::pair{"loss_state", &s->loss_state}, std::pair{"model_state", &s->model_state},
@@ -216,6 +226,11 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       ProtocolParam pp;
       pp.name = p.at("name").get<std::string>();
       pp.numel = p.value("numel", int64_t{-1});
+      if (pp.numel < 0 && p.contains("shape")) {  // an index without numel (QA round 15: -1 became a huge size)
+        double n = 1;  // (in double: dimensions of up to 2^48 each, per the index schema, would overflow)
+        for (int64_t d : p.at("shape").get<std::vector<int64_t>>()) n *= static_cast<double>(d);
+        pp.numel = n <= 9.0e15 ? static_cast<int64_t>(n) : -1;
+      }
       ParseDType(p.value("dtype", ix.value("dtype", std::string("float32"))), &pp.dtype);
       pp.requires_grad = p.value("requires_grad", true);
       pp.ddp_registered = p.value("ddp_registered", pp.requires_grad);

@@ -194,6 +194,11 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
       {"/init", json::array()},
       {"/steps", json::object()},
       {"/error", "boom"},
+      {"/module_type", -1},  // QA round 15: these were uncaught json type errors (exit 3)
+      {"/sampler/type", json()},
+      {"/replay/possible", json()},
+      {"/replay/reasons", 7},
+      {"/optimizer/type", "str"},  // was read as Adam: "key 'betas' not found"
   };
   TempDir dir;
   for (const auto& c : cases) {
@@ -204,6 +209,16 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
     if (c.pointer == "/dataset/rows_seen") ix["dataset"]["complete"] = false;
     testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
     ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"index.json", c.pointer.substr(0, 6)});
+  }
+  // Keys the readers need, deleted (QA round 15: /model/0/in missing gave the json library's text).
+  for (const std::string& pointer : {std::string("/model/0/in")}) {
+    SCOPED_TRACE("deleted: " + pointer);
+    std::filesystem::remove_all(dir.File("d"));
+    json ix = WriteDump(dir.File("d"));
+    const json::json_pointer where(pointer);
+    ix[where.parent_pointer()].erase(where.back());
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {"index.json", pointer});
   }
   // The same values in a dump the recorder marked protocol-only (not replayed): read by the evidence rules
   // (batch_size 0 was an internal invariant failure, exit 3; a negative sampler length passed).
