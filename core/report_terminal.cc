@@ -117,6 +117,7 @@ std::string FormatTerminal(const RunReport& r) {
     if (m.elements > 0) {
       os << fmt::format("  got {:.17g}, want {:.17g}: |err| {:.3g}, ", m.got, m.want, m.abs_err);
       if (m.budget > 0) os << fmt::format("budget {:.3g} ({}x the budget)\n", m.budget, Ratio(BudgetUsed(m)));
+      else if (std::isnan(m.budget)) os << "no bound (its error analysis overflowed: values near the float range): must be equal\n";
       else os << "must be equal (exact check)\n";
       os << fmt::format("  {} of {} elements differ", m.bad_elements, m.elements);
       if (m.ratio != 0.0) os << fmt::format("; every element is {:.6g}x the {}", m.ratio, m.against);
