@@ -8,6 +8,9 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/rank_env.h"
@@ -87,6 +90,15 @@ int Run(const RunArgs& a) {
   if (a.progress == "always" || (a.progress == "auto" && !a.reports.quiet && isatty(STDERR_FILENO))) {
     bar.emplace();
     opts.progress = [&bar](int64_t done, int64_t total) { bar->Update(done, total); };
+  }
+  // A large world of threads over Gloo sets up a TCP pair per two ranks before its first step: W = 256 is 32640
+  // connections, minutes on a small machine with nothing on the screen (QA round 15 took it for a hang).
+  constexpr int kManyGlooRanks = 128;  // (W = 128 took 36 s on 2 CPUs, 256 over a minute)
+  if (opts.got.kind == harness::SourceKind::kSim && a.comm == "gloo" && !a.rank.Active() &&
+      s.world > kManyGlooRanks && !a.reports.quiet) {
+    ErrLine(fmt::format("ddpcheck run: note: W={} over Gloo connects {} TCP pairs before the first step, which can take "
+                        "minutes on {} CPU(s); --comm local runs the same protocol in memory\n",
+                        s.world, static_cast<int64_t>(s.world) * (s.world - 1) / 2, std::thread::hardware_concurrency()));
   }
   core::RunReport report;
   if (a.rank.Active()) {  // this process is one rank of a world of processes; rank 0 reports (cli/rank_env.h)
