@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/dump_index.h"
+#include "core/dump_protocol_util.h"
 #include "core/file.h"
 #include "core/finite.h"
 #include "core/json_reader.h"
@@ -692,6 +693,21 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace, &params,
                                          true, JsonPath(at, "params")));
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
+      // A normalisation statistic keeps its shape through the run (QA round 15: a 0-d or empty running_mean in a
+      // step's forward buffers compared as nothing and passed); other buffers may be reassigned (a cache).
+      for (const auto& [key, c] : {std::pair{"forward_buffers", Checkpoint::kForwardBuffers},
+                                   std::pair{"buffers", Checkpoint::kBuffers}}) {
+        if (!st.contains(key)) continue;
+        for (const auto& [name, file] : st.at(key).items()) {
+          const Tensor* t = trace->Find({s, c, name, rank});
+          const Tensor* init = trace->Find({0, Checkpoint::kInit, name, rank});
+          if (!t || !init || !IsNormStatistic(name) || t->shape == init->shape) continue;
+          return Status::Invalid(fmt::format("{}/{}: {}: holds a tensor of shape {}, but the buffer '{}' was {} when "
+                                             "the recorder started (a file edited or from another recording)",
+                                             r->dir, file.get<std::string>(), JsonPath(JsonPath(at, key), name),
+                                             ShapeString(t->shape), name, ShapeString(init->shape)));
+        }
+      }
       DDPCHECK_RETURN_IF_ERROR(LoadLocalGrads(*r, tensors, ix, st, s, trace));
       const nlohmann::json optimizer_state = st.value("optimizer_state", nlohmann::json::object());  // a copy: keep it alive
       for (const auto& [state, files] : optimizer_state.items()) {

@@ -113,6 +113,16 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("grads"), &s->grads));
   DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("params"), &s->params));
   if (st.contains("ref_grads")) DDPCHECK_RETURN_IF_ERROR(LoadFiles(tensors, st.at("ref_grads"), &s->ref_grads));
+  // A reference gradient has its parameter's shape, as the step's gradient (checked against /params) has
+  // (QA round 15: a (100,) file for a (10, 10) weight was compared element by element and passed).
+  for (const auto& [name, t] : s->ref_grads) {
+    const auto g = s->grads.find(name);
+    if (g != s->grads.end() && g->second.shape != t.shape) {
+      return Status::Invalid(fmt::format("/ref_grads/{}: holds a tensor of shape {}, but the step's gradient "
+                                         "of '{}' has shape {} (a file edited or from another recording)",
+                                         name, ShapeString(t.shape), name, ShapeString(g->second.shape)));
+    }
+  }
   // A float64 reference that is not finite stands for nothing (an infinite one made every budget infinite and
   // passed, QA round 15): the step is left without one, and the report says so at it.
   for (const auto& [name, t] : s->ref_grads) {
@@ -303,7 +313,7 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       for (size_t i = 0; i < steps.size(); ++i) {
         ProtocolStep s;
         Status loaded = LoadStep(tensors, out->optimizer_type, out->params, steps[i], &s);
-        if (!loaded.ok() && loaded.message().starts_with("/buckets/")) {
+        if (!loaded.ok() && (loaded.message().starts_with("/buckets/") || loaded.message().starts_with("/ref_grads/"))) {
           return Status::Invalid(r.dir + "/index.json: " + JsonPath("/steps", i) + loaded.message());
         }
         DDPCHECK_RETURN_IF_ERROR(loaded);

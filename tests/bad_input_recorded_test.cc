@@ -233,6 +233,33 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
   }
 }
 
+// Tensor files whose shape the index rules out (QA round 15: both were compared as they were and passed): a
+// reference gradient of another shape than its parameter's, a normalisation statistic whose shape changed.
+TEST(BadRecordedInput, ARefGradOrNormStatisticOfAnotherShapeExits2NamingFileAndPointer) {
+  TempDir dir;
+  {
+    json ix = WriteDump(dir.File("a"));
+    Save(dir.File("a/rank0/s0.ref.0.weight.npy"), F64({2}, {0.25, 0.5}));
+    Save(dir.File("a/rank0/s0.ref.0.bias.npy"), F64({1}, {0.5}));
+    ix["steps"][0]["ref_grads"] = {{"0.weight", "s0.ref.0.weight.npy"}, {"0.bias", "s0.ref.0.bias.npy"}};
+    ix["steps"][0]["ref_rows"] = 2;
+    ix["steps"][0]["microbatches"] = 1;
+    testing::WriteFile(dir.File("a/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("a") + "'"), 2,
+                {"index.json", "/steps/0/ref_grads/0.weight", "(2)", "(1, 2)"});
+  }
+  {
+    json ix = WriteDump(dir.File("b"));
+    Save(dir.File("b/rank0/init.bn.running_mean.npy"), F64({3}, {0, 0, 0}));
+    Save(dir.File("b/rank0/s0.fwd.bn.running_mean.npy"), F64({0}, {}));
+    ix["init"]["bn.running_mean"] = "init.bn.running_mean.npy";
+    ix["steps"][0]["forward_buffers"] = {{"bn.running_mean", "s0.fwd.bn.running_mean.npy"}};
+    testing::WriteFile(dir.File("b/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("b") + "'"), 2,
+                {"s0.fwd.bn.running_mean.npy", "/steps/0/forward_buffers/bn.running_mean", "(0)", "(3)"});
+  }
+}
+
 // A run recorded under autocast in every step is replayed with autocast's roundings; the dtype it names must be
 // one autocast has.
 TEST(BadRecordedInput, AnAutocastDumpNamingNoAutocastDtypeExits2NamingThePointer) {
