@@ -45,13 +45,19 @@ Status CheckModelSize(const Scenario& s) {
   return Status::Ok();
 }
 
-// Every value of a loaded tensor is finite: NaN or inf in the data or the initial state would make every
-// backend compute garbage that agrees with itself.
-Status CheckFiniteValues(const Tensor& t, const std::string& what) {
+// Every value of a loaded tensor is finite, in the run's precision too: NaN or inf in the data or the initial state
+// would make every backend compute garbage that agrees with itself (1e308 is a double but inf in float32: QA round
+// 15's inline data passed).
+Status CheckFiniteValues(const Tensor& t, const std::string& what, DType precision) {
   for (size_t i = 0; i < t.data.size(); ++i) {
     if (!std::isfinite(t.data[i])) {
       return Status::Invalid(fmt::format("{}: non-finite value {} at flat index {}; inputs must be finite", what,
                                          t.data[i], i));
+    }
+    if (precision != DType::kFloat64 && !std::isfinite(static_cast<float>(t.data[i]))) {
+      return Status::Invalid(fmt::format("{}: value {} at flat index {} is beyond float32's range (+-3.4e38), where "
+                                         "the {} run computes; scale the inputs", what, t.data[i], i,
+                                         DTypeName(precision)));
     }
   }
   return Status::Ok();
@@ -63,8 +69,8 @@ Status CheckLoadedData(const Scenario& s, int64_t out_width) {
   if (d.x.shape.size() != 2) {
     return Status::Invalid(DataPath(d, "x") + ": must be 2-D (N, in_features), got shape " + ShapeString(d.x.shape));
   }
-  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.x, DataPath(d, "x")));
-  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.y, DataPath(d, "y")));
+  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.x, DataPath(d, "x"), s.precision));
+  DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(d.y, DataPath(d, "y"), s.precision));
   int64_t n = d.x.shape[0];
   if (n < 1) return Status::Invalid(DataPath(d, "x") + ": must hold at least 1 sample, got shape " + ShapeString(d.x.shape));
   if (s.loss == "mse") return ExpectShape(d.y, {n, out_width}, DataPath(d, "y"));
@@ -160,7 +166,7 @@ Status CheckInit(const Scenario& s) {
       return Status::Invalid(path + ": no such parameter or buffer in the model; " + SuggestionFor(name, names));
     }
     DDPCHECK_RETURN_IF_ERROR(ExpectShape(t, match->shape, path));
-    DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(t, path));
+    DDPCHECK_RETURN_IF_ERROR(CheckFiniteValues(t, path, s.precision));
   }
   for (const auto& p : params) {
     if (!in.values.count(p.name)) {

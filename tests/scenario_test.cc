@@ -397,6 +397,17 @@ TEST(ParseScenario, ReportsACrossEntropyLabelOutOfRange) {
             "s.json: /data/y/2: class id must be an integer in [0, 4) (the model's output width), got 5");
 }
 
+// 1e308 is a double but inf in float32, where an fp32 run computes (QA round 15: such inline data passed); an fp64
+// run takes it.
+TEST(ParseScenario, RefusesDataBeyondTheRunsPrecision) {
+  const std::string data = R"("data": {"kind": "inline", "x": [[0,0,0,0,0,0,0,1e308], [1,1,1,1,1,1,1,1]],
+                                        "y": [[0,0,0,0], [1,1,1,1]]})";
+  EXPECT_EQ(ErrorOf(With(R"("precision": "fp32", )" + data)),
+            "s.json: /data/x: value 1e+308 at flat index 7 is beyond float32's range (+-3.4e38), where the float32 run "
+            "computes; scale the inputs");
+  EXPECT_EQ(ErrorOf(With(R"("precision": "fp64", )" + data)), "");
+}
+
 TEST(ParseScenario, RefusesWorldZero) {
   EXPECT_EQ(ErrorOf(With(R"("world": 0)")), "s.json: /world: must be in [1, 4096], got 0");
 }
