@@ -171,6 +171,19 @@ Status CheckTraining(const Scenario& s) {
   if (s.batch_size < 1 || s.batch_size > kMaxSamples) {
     return ValueError("/batch_size", fmt::format("must be in [1, {}]", kMaxSamples), s.batch_size);
   }
+  // A BatchNorm in training takes statistics over the batch's rows: torch raises "Expected more than 1 value per
+  // channel when training" at the first step (said here with the pointer, not by the run: QA round 15). A
+  // SyncBatchNorm over several ranks takes them over every rank's rows.
+  for (size_t i = 0; i < s.model.size() && s.batch_size == 1; ++i) {
+    const LayerSpec& l = s.model[i];
+    const bool local_stats = l.type == "batchnorm1d" || (l.type == "syncbatchnorm1d" && s.world == 1);
+    if (local_stats && l.unused_on_ranks.empty() && l.only_micro_step < 0) {
+      return ValueError("/batch_size",
+                        fmt::format("must be at least 2 with the {} at {} (in training torch raises 'Expected more "
+                                    "than 1 value per channel')", l.type, JsonPath("/model", i)),
+                        s.batch_size);
+    }
+  }
   if (s.epochs < 1 || s.epochs > kMaxEpochs) return ValueError("/epochs", fmt::format("must be in [1, {}]", kMaxEpochs), s.epochs);
   if (s.steps < -1 || s.steps == 0 || s.steps > kMaxSteps) {  // (0 steps would train nothing and pass)
     return ValueError("/steps", fmt::format("must be in [1, {}] (or -1: every step of every epoch)", kMaxSteps), s.steps);

@@ -408,6 +408,17 @@ TEST(ParseScenario, RefusesDataBeyondTheRunsPrecision) {
   EXPECT_EQ(ErrorOf(With(R"("precision": "fp64", )" + data)), "");
 }
 
+TEST(ParseScenario, RefusesABatchOfOneWithABatchNorm) {
+  auto with = [](const std::string& norm, int world) {
+    return R"({"model": [{"type": "linear", "in": 8, "out": 4}, {"type": ")" + norm +
+           R"(", "features": 4}], "batch_size": 1, "world": )" + std::to_string(world) + "}";
+  };
+  EXPECT_EQ(ErrorOf(with("batchnorm1d", 2)), "s.json: /batch_size: must be at least 2 with the batchnorm1d at /model/1 "
+                                             "(in training torch raises 'Expected more than 1 value per channel'), got 1");
+  EXPECT_NE(ErrorOf(with("syncbatchnorm1d", 1)), "");  // one rank: a BatchNorm
+  EXPECT_EQ(ErrorOf(with("syncbatchnorm1d", 2)), "");  // statistics over both ranks' rows
+}
+
 TEST(ParseScenario, RefusesWorldZero) {
   EXPECT_EQ(ErrorOf(With(R"("world": 0)")), "s.json: /world: must be in [1, 4096], got 0");
 }
