@@ -233,6 +233,7 @@ std::optional<DumpFinding> SkipSetEpoch(const TorchDump& d) {
   cfg.world = d.world;
   cfg.shuffle = true;
   cfg.seed = sc.sampler.seed;
+  cfg.negative_seed = sc.sampler.negative_seed;
   cfg.drop_last = sc.sampler.drop_last;
   const int64_t per_epoch =
       std::max<int64_t>(1, BatchesPerEpoch(NumSamples(cfg), sc.batch_size, sc.sampler.drop_last_batch));

@@ -29,6 +29,7 @@ Status PlanRank(const Scenario& s, int rank, const PlanOptions& opts, std::vecto
     cfg.world = s.world;
     cfg.shuffle = s.sampler.shuffle;
     cfg.seed = opts.sampler_seed;
+    cfg.negative_seed = s.sampler.negative_seed && static_cast<int64_t>(opts.sampler_seed) < 0;
     cfg.epoch = opts.set_epoch ? epoch : 0;
     cfg.drop_last = s.sampler.drop_last;
     std::vector<int64_t> shard;

@@ -81,6 +81,9 @@ struct DataSpec {
 struct SamplerSpec {
   bool shuffle = true;
   uint64_t seed = 0;
+  // The recorded run's seed was negative (DistributedSampler(seed=-1)): `seed` holds it in two's complement, and
+  // seed + epoch is the signed sum torch computes (only a dump sets it; a scenario's seed is unsigned).
+  bool negative_seed = false;
   bool drop_last = false;
   bool set_epoch = true;  // whether the training loop calls sampler.set_epoch(epoch)
   // DataLoader(drop_last=True): each epoch's last batch is dropped when it is shorter than batch_size.

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/plan.h"
+#include "core/scenario.h"
 #include "tests/test_util.h"
 
 namespace ddpcheck::core {
@@ -172,6 +174,26 @@ TEST(ParseTorchSeed, AcceptsTheRangeManualSeedAccepts) {
   EXPECT_FALSE(ParseTorchSeed("18446744073709551616", &s, &neg).ok());
   EXPECT_FALSE(ParseTorchSeed("1.5", &s, &neg).ok());
   EXPECT_FALSE(ParseTorchSeed("", &s, &neg).ok());
+}
+
+// A recorded run's DistributedSampler(seed=-1) (torch takes it: seed + epoch is the signed sum): the plan of its
+// epochs, as the replay of a dump draws them (QA round 15: the dump's -1 was read as 2^64 - 1 and epoch 1 refused
+// as an overflow). torch 1.13: DistributedSampler(range(10), 2, 0, seed=-1) gives [1, 6, 0, 8, 9] at epoch 0 and
+// [4, 7, 3, 0, 6] at epoch 1 (seed 0's epoch 0).
+TEST(PlanRank, ANegativeRecordedSeedIsTheSignedSumWithTheEpoch) {
+  Scenario s;
+  s.data.samples = 10;
+  s.world = 2;
+  s.batch_size = 5;
+  s.epochs = 2;
+  s.sampler.shuffle = true;
+  s.sampler.seed = static_cast<uint64_t>(int64_t{-1});
+  s.sampler.negative_seed = true;
+  std::vector<StepPlan> plan;
+  ASSERT_TRUE(PlanRank(s, 0, DefaultPlanOptions(s), &plan).ok());
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].micro_batches.at(0), (std::vector<int64_t>{1, 6, 0, 8, 9}));
+  EXPECT_EQ(plan[1].micro_batches.at(0), (std::vector<int64_t>{4, 7, 3, 0, 6}));
 }
 
 TEST(Batches, SplitsAShardIntoConsecutiveBatchesWithAShorterLastOne) {
