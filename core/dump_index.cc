@@ -293,7 +293,14 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                    {"init_optimizer_step_counts", Is::kNumberMap},
                                    {"module_type", Is::kString},
                                    {"scheduler_types", Is::kStringArray},
-                                   {"replay", Is::kObject}}));
+                                   {"replay", Is::kObject},
+                                   {"forward_inputs", Is::kObject}}));
+  if (ix.contains("forward_inputs")) {
+    DDPCHECK_RETURN_IF_ERROR(Fields(ix.at("forward_inputs"), "/forward_inputs",
+                                    {{"positional", Is::kInt}, {"keywords", Is::kStringArray}}));
+    DDPCHECK_RETURN_IF_ERROR(InRange(ix.at("forward_inputs"), "/forward_inputs", {"positional"}, 0, kMaxIndexCount,
+                                     "a count of arguments"));
+  }
   if (ix.contains("replay")) {
     DDPCHECK_RETURN_IF_ERROR(
         Fields(ix.at("replay"), "/replay", {{"possible", Is::kBool}, {"reasons", Is::kStringArray}}));

@@ -26,6 +26,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,10 @@ struct ProtocolRecords {
   // with p > 0, a class whose code reads self.training): only their modes must agree between ranks. nullopt when the
   // recorder did not say (an older one): every submodule's mode must agree.
   std::optional<std::map<std::string, std::string>> mode_dependent;
+  // What DDP's forward was called with beside the batch, over the run, on any rank (the recorder's forward_inputs):
+  // the most positional arguments and the keywords. Each rank's own: the report says they went unchecked.
+  int64_t forward_positional = 0;
+  std::set<std::string> forward_keywords;
   // ddpcheck replays the dump (TorchDump::replay_unsupported is empty): a step whose recorder skipped the float64
   // reference with reference='auto' (ProtocolStep::ref_note starts with kAutoReferenceNote) has the replay as its
   // single-process reference.

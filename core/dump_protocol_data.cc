@@ -683,6 +683,16 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
         "were rank 0's there (broadcast_buffers: DDP broadcast them before any forward used them, so no rank "
         "computed with its own)", names));
   }
+  if (r.forward_positional > 1 || !r.forward_keywords.empty()) {
+    // (QA round 15: a key_padding_mask built differently on one rank passed with no word about it)
+    std::vector<std::string> what;
+    if (r.forward_positional > 1) what.push_back(fmt::format("{} more positional argument(s)", r.forward_positional - 1));
+    if (!r.forward_keywords.empty()) what.push_back(fmt::format("the keyword(s) {}", fmt::join(r.forward_keywords, ", ")));
+    out->skipped.push_back(fmt::format(
+        "forward inputs beside the batch ({}): each rank's reference takes them as that rank built them, so one built "
+        "differently on a rank is not seen; derive them from the batch's rows, or pass the batch indices and build "
+        "them in the model", fmt::join(what, "; ")));
+  }
   CheckDataset(r, f);
   CheckStatesAgree(r, out, f);
   CheckSampler(r, out, f);

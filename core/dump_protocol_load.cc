@@ -303,6 +303,11 @@ Status LoadProtocolRecords(const TorchDump& dump, ProtocolRecords* out) {
       pr.init_optimizer.opt_counts =
           r.index.value("init_optimizer_step_counts", std::map<std::string, double>{});
       if (r.index.contains("sampler")) pr.sampler = r.index.at("sampler");
+      if (r.index.contains("forward_inputs")) {  // {positional: int, keywords: [str]} (the index schema)
+        const auto& fi = r.index.at("forward_inputs");
+        out->forward_positional = std::max(out->forward_positional, fi.value("positional", int64_t{0}));
+        for (const auto& k : fi.value("keywords", std::vector<std::string>{})) out->forward_keywords.insert(k);
+      }
       if (r.index.contains("mode_dependent")) {  // a string map (the index schema); any rank's counts
         if (!out->mode_dependent) out->mode_dependent.emplace();
         for (const auto& [name, why] : r.index.at("mode_dependent").items()) {

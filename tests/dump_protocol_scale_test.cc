@@ -117,6 +117,17 @@ TEST(DataNotChecked, NoBatchIndicesOnAnyRankIsSaid) {
   EXPECT_EQ(Skipped(with).find("got no batch indices"), std::string::npos) << Skipped(with);
 }
 
+// Forward inputs beside the batch are each rank's own: the report says they went unchecked, naming them.
+TEST(DataNotChecked, ForwardInputsBesideTheBatchAreSaid) {
+  ProtocolRecords r = World(2, 1, {});
+  EXPECT_EQ(Skipped(CheckProtocol(r)).find("forward inputs"), std::string::npos);
+  r.forward_positional = 2;
+  r.forward_keywords = {"pad_mask"};
+  const std::string said = Skipped(CheckProtocol(r));
+  EXPECT_NE(said.find("forward inputs beside the batch (1 more positional argument(s); the keyword(s) pad_mask)"),
+            std::string::npos) << said;
+}
+
 // Rank 1's recorded local bucket off by 1e-6 while the reduced one is the mean of the true ones: the mean check fails
 // first; with every rank's reference it names rank 1's local gradient, without them the reduced bucket at rank 0.
 TEST(MeanOfLocalBuckets, ALocalBucketOffItsReferenceNamesItsRankNotTheReducedBucket) {

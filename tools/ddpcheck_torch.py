@@ -930,6 +930,9 @@ class DdpRecorder:
         # bound method of the recorder drags the recorder (its threads, locks and files) along: torch.save(model.module),
         # torch.save(ddp) and copy.deepcopy(model.module) for an EMA copy failed ("cannot pickle '_thread.RLock'").
         self._in_ddp = 0  # DDP forwards under way (the module's forward inside one runs after DDP's buffer broadcast)
+        # What DDP's training forwards were called with beside the batch (the most positional arguments, the
+        # keywords): each rank's own, unchecked, and the report says so (the index's forward_inputs)
+        self._forward_positional, self._forward_keywords = 0, set()
         self._hooks = [torch.nn.modules.module.register_module_forward_pre_hook(self._on_any_forward),
                        torch.nn.modules.module.register_module_forward_hook(self._on_any_output)]
         if self.buckets is not None:
@@ -1008,6 +1011,9 @@ class DdpRecorder:
         ref = self.ref
 
         def forward(original, *args, **kwargs):
+            if torch.is_grad_enabled():
+                self._forward_positional = max(self._forward_positional, len(args))
+                self._forward_keywords.update(kwargs)
             self._in_ddp += 1
             if ref is not None:
                 ref.kwargs = kwargs
@@ -1488,6 +1494,9 @@ class DdpRecorder:
                              **({"indices_outside": True} if n_sampled is not None and self._max_index >= n_sampled
                                 else {})}
         ix["batch_size"] = self.batch_size
+        if self._forward_positional or self._forward_keywords:
+            ix["forward_inputs"] = {"positional": self._forward_positional,
+                                    "keywords": sorted(str(k) for k in self._forward_keywords)}
         if self.dataset is not None:
             ix["dataset"] = {"x": self._save("dataset.x", self.dataset[0]), "y": self._save("dataset.y", self.dataset[1]),
                              "complete": True}
