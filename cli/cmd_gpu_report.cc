@@ -63,7 +63,7 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "tf32", "fp16-amp", "bf16-amp"}));
   sub->add_option("--backend", args->backends, "real | hybrid (repeatable)")->check(CLI::IsMember({"real", "hybrid"}));
   sub->add_option("--max-world", args->max_hybrid_world, "Largest W of the hybrid rows")->check(CLI::Range(2, 64));
-  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms")->check(CLI::PositiveNumber);
+  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms")->check(CLI::Range(int64_t{1}, core::kMaxTimeoutMs));
   return {sub, [args] { return Run(*args); }};
 }
 

@@ -79,7 +79,7 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       ->check(CLI::IsMember({"real", "hybrid"}));
   sub->add_option("--math", args->math, "fp32 GEMMs: auto (= fp32) | fp32 | tf32")
       ->check(CLI::IsMember({"auto", "fp32", "tf32"}));
-  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms")->check(CLI::PositiveNumber);
+  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms")->check(CLI::Range(int64_t{1}, core::kMaxTimeoutMs));
   sub->add_option("--dump-trace", args->dump_trace, "Write the GPU world's trace to this folder");
   sub->add_option("--dump-reference", args->dump_reference, "Write the reference's trace to this folder");
   args->reports.Add(sub);

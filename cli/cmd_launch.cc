@@ -25,6 +25,7 @@
 
 #include "cli/command.h"
 #include "cli/launch_ranks.h"
+#include "core/scenario.h"
 #include "harness/run_id.h"
 
 namespace ddpcheck::cli {
@@ -162,7 +163,7 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("--run-id", args->run_id, "Namespace of this run's store keys (default: launch-<pid>-<time>)");
   sub->add_option("--kill-after-ms", args->kill_after_ms,
                   "After a rank fails, how long the others may take to end on their own before being killed")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, core::kMaxTimeoutMs));
   sub->add_option("--master-addr", args->master_addr,
                   "MASTER_ADDR given to the ranks, for torch scripts under launch (default 127.0.0.1)");
   sub->add_option("--master-port", args->master_port,

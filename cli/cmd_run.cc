@@ -134,7 +134,7 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "fp32", "tf32"}));
   sub->add_option("--comm", args->comm, "Collectives of the sim world: gloo (TCP) | local (in memory)")
       ->check(CLI::IsMember({"gloo", "local"}));
-  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::Range(int64_t{0}, core::kMaxTimeoutMs));
+  sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::Range(int64_t{1}, core::kMaxTimeoutMs));
   sub->add_option("--dump-trace", args->dump_trace, "Write the backend's trace to this folder");
   sub->add_option("--dump-reference", args->dump_reference, "Write the reference's trace to this folder");
   args->reports.Add(sub);
