@@ -673,6 +673,13 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
       }
       Tensor idx;
       DDPCHECK_RETURN_IF_ERROR(tensors.Read(st.at("indices").get<std::string>(), &idx));
+      if (IsFloating(idx.dtype) || idx.shape.size() != 1) {  // (the recorder writes int64 rows: QA round 15's '<f2')
+        return Status::Invalid(fmt::format("{}/{}: {}: holds a {} tensor of shape {}, but batch indices are a 1-d "
+                                           "integer tensor (a file edited or from another recording)",
+                                           r->dir, st.at("indices").get<std::string>(),
+                                           JsonPath(JsonPath("/steps", i), "indices"), DTypeName(idx.dtype),
+                                           ShapeString(idx.shape)));
+      }
       idx.dtype = DType::kInt64;
       trace->Add({s, Checkpoint::kSampler, "indices", rank}, std::move(idx));
       DType dt = DType::kFloat32;

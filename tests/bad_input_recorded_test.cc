@@ -258,6 +258,12 @@ TEST(BadRecordedInput, ARefGradOrNormStatisticOfAnotherShapeExits2NamingFileAndP
     ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("b") + "'"), 2,
                 {"s0.fwd.bn.running_mean.npy", "/steps/0/forward_buffers/bn.running_mean", "(0)", "(3)"});
   }
+  {  // batch indices stored as floats (they were converted, and the run FAILed naming no pattern)
+    WriteDump(dir.File("c"));
+    Save(dir.File("c/rank0/s0.indices.npy"), F64({2}, {0, 1}));
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("c") + "'"), 2,
+                {"s0.indices.npy", "/steps/0/indices", "integer"});
+  }
 }
 
 // A run recorded under autocast in every step is replayed with autocast's roundings; the dtype it names must be
