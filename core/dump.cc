@@ -495,7 +495,7 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   const auto& sm = ix.value("sampler", nlohmann::json::object());
   s->sampler.shuffle = sm.value("shuffle", false);
   s->sampler.seed = sm.value("seed", uint64_t{0});
-  s->sampler.negative_seed = sm.contains("seed") && sm.at("seed").is_number_integer() && sm.at("seed").get<int64_t>() < 0;
+  s->sampler.negative_seed = RecordedSeedIsNegative(sm);
   s->sampler.drop_last = sm.value("drop_last", false);
   const auto calls = sm.value("set_epoch_calls", std::vector<int64_t>{});
   s->sampler.set_epoch = !calls.empty();
@@ -1020,8 +1020,7 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
     const auto sm = ix.value("sampler", nlohmann::json::object());
     out->scenario.sampler.shuffle = sm.value("shuffle", false);
     out->scenario.sampler.seed = sm.value("seed", uint64_t{0});
-    out->scenario.sampler.negative_seed =
-        sm.contains("seed") && sm.at("seed").is_number_integer() && sm.at("seed").get<int64_t>() < 0;
+    out->scenario.sampler.negative_seed = RecordedSeedIsNegative(sm);
     out->scenario.sampler.drop_last = sm.value("drop_last", false);
     if (ix.contains("batch_size") && ix.at("batch_size").is_number_integer()) {
       DDPCHECK_RETURN_IF_ERROR(IndexInt(ix.at("batch_size"), "/batch_size", 1, kMaxSamples, &out->scenario.batch_size)

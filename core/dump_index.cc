@@ -268,6 +268,10 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
 
 }  // namespace
 
+bool RecordedSeedIsNegative(const json& sampler) {
+  return sampler.contains("seed") && sampler.at("seed").is_number_integer() && sampler.at("seed").get<int64_t>() < 0;
+}
+
 Status CheckTorchDumpIndexTypes(const json& ix) {
   DDPCHECK_RETURN_IF_ERROR(Fields(ix, "",
                                   {{"format", Is::kString, true},
@@ -336,10 +340,12 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
                                      {"p", Is::kNumber}}));
     DDPCHECK_RETURN_IF_ERROR(InRange(model[i], p, {"in", "out", "features"}, 1, kMaxWidth, "a layer's width"));
     const std::string type = model[i].at("type").get<std::string>();
-    for (const char* k : {"in", "out", "features"}) {
-      const bool needed = type == "linear" ? std::string(k) != "features"
-                                           : (type == "batchnorm1d" || type == "syncbatchnorm1d") && std::string(k) == "features";
-      if (needed && !model[i].contains(k)) {
+    const std::vector<std::string> needed = type == "linear" ? std::vector<std::string>{"in", "out"}
+                                            : type == "batchnorm1d" || type == "syncbatchnorm1d"
+                                                ? std::vector<std::string>{"features"}
+                                                : std::vector<std::string>{};
+    for (const std::string& k : needed) {
+      if (!model[i].contains(k)) {
         return Status::Invalid(JsonPath(p, k) + ": missing; a " + type + " layer needs it (a damaged dump? record it again)");
       }
     }

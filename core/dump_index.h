@@ -14,4 +14,8 @@ namespace ddpcheck::core {
 // "format", "rank", "world_size", "model", "ddp", "optimizer", "init" and "steps" are required.
 Status CheckTorchDumpIndexTypes(const nlohmann::json& ix);
 
+// Whether the index's /sampler recorded a negative seed (DistributedSampler(seed=-1)): read as uint64 it is the
+// two's complement, and SamplerConfig::negative_seed makes seed + epoch the signed sum torch computes.
+bool RecordedSeedIsNegative(const nlohmann::json& sampler);
+
 }  // namespace ddpcheck::core

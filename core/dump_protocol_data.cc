@@ -9,6 +9,7 @@
 
 #include "core/buckets.h"
 #include "core/compare.h"
+#include "core/dump_index.h"
 #include "core/dump_protocol.h"
 #include "core/dump_protocol_util.h"
 #include "core/sampler.h"
@@ -98,7 +99,7 @@ void CheckShards(const ProtocolRecords& r, ProtocolResult* out, std::vector<Prot
     cfg.world = static_cast<int>(sm.value("num_replicas", int64_t{r.world}));
     cfg.shuffle = sm.value("shuffle", false);
     cfg.seed = sm.value("seed", uint64_t{0});
-    cfg.negative_seed = sm.contains("seed") && sm.at("seed").is_number_integer() && sm.at("seed").get<int64_t>() < 0;
+    cfg.negative_seed = RecordedSeedIsNegative(sm);
     cfg.drop_last = sm.value("drop_last", false);
     const int own = static_cast<int>(sm.value("rank", int64_t{rank.rank}));
     for (const auto& s : rank.steps) {

@@ -9,6 +9,7 @@
 #include "core/train_loop.h"
 #include "harness/gpu/hybrid_gloo.h"
 #include "harness/gpu/rank_setup_ref.h"
+#include "real/tests/gpu_test_util.h"
 #include "real/world.h"
 #include "harness/check.h"
 #include "sim/world.h"
@@ -64,9 +65,7 @@ INSTANTIATE_TEST_SUITE_P(W, HybridWorld, ::testing::Values(2, 3, 4));
 // micro-step 1 loss differed by 3.6 % on an H100, reports/gpu/h100-x1.)
 TEST(HybridWorldNoSync, ALayerUsedInOneMicroStepIsBypassedInTheOthers) {
   core::Scenario s;
-  const std::string here = __FILE__;  // the source tree, wherever ctest runs from
-  ASSERT_TRUE(core::LoadScenario(here.substr(0, here.rfind("/real/tests/")) + "/scenarios/faults/nosync-unused.json",
-                                 &s).ok());
+  ASSERT_TRUE(core::LoadScenario(SourceDir() + "/scenarios/faults/nosync-unused.json", &s).ok());
   harness::CheckOptions o;
   o.got.kind = harness::SourceKind::kHybrid;
   o.run_id = "hybrid-nosync";

@@ -15,14 +15,10 @@
 #include "core/scenario.h"
 #include "harness/check.h"
 #include "real/device.h"
+#include "real/tests/gpu_test_util.h"
 
 namespace ddpcheck::real {
 namespace {
-
-std::string SourceDir() {
-  const std::string here = __FILE__;
-  return here.substr(0, here.rfind("/real/tests/"));
-}
 
 core::Scenario Load(const std::string& relative) {
   core::Scenario s;
