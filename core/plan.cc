@@ -70,23 +70,27 @@ std::vector<int64_t> EvalIndices(const Scenario& s, int rank, bool count_padding
   return counted;
 }
 
+void FillBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows, Batch* b) {
+  b->indices = rows;
+  const auto n = static_cast<int64_t>(rows.size());
+  const int64_t in = x.shape.size() > 1 ? x.shape[1] : 1;
+  b->x.dtype = x.dtype;
+  b->x.shape = {n, in};
+  b->x.data.resize(static_cast<size_t>(n * in));  // (capacity kept from the last batch: no new pages per step)
+  double* xo = b->x.data.data();
+  for (int64_t r : rows) xo = std::copy(x.data.begin() + r * in, x.data.begin() + (r + 1) * in, xo);
+  const int64_t out = y.shape.size() > 1 ? y.shape[1] : 1;
+  b->y.dtype = y.dtype;
+  b->y.shape = {n};
+  if (y.shape.size() > 1) b->y.shape.push_back(out);
+  b->y.data.resize(static_cast<size_t>(n * out));
+  double* yo = b->y.data.data();
+  for (int64_t r : rows) yo = std::copy(y.data.begin() + r * out, y.data.begin() + (r + 1) * out, yo);
+}
+
 Batch MakeBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows) {
   Batch b;
-  b.indices = rows;
-  const int64_t in = x.shape.size() > 1 ? x.shape[1] : 1;
-  b.x = Tensor(x.dtype, {static_cast<int64_t>(rows.size()), in}, {});
-  b.x.data.reserve(rows.size() * static_cast<size_t>(in));
-  for (int64_t r : rows) {
-    b.x.data.insert(b.x.data.end(), x.data.begin() + r * in, x.data.begin() + (r + 1) * in);
-  }
-  const int64_t out = y.shape.size() > 1 ? y.shape[1] : 1;
-  std::vector<int64_t> yshape = {static_cast<int64_t>(rows.size())};
-  if (y.shape.size() > 1) yshape.push_back(out);
-  b.y = Tensor(y.dtype, yshape, {});
-  b.y.data.reserve(rows.size() * static_cast<size_t>(out));
-  for (int64_t r : rows) {
-    b.y.data.insert(b.y.data.end(), y.data.begin() + r * out, y.data.begin() + (r + 1) * out);
-  }
+  FillBatch(x, y, rows, &b);
   return b;
 }
 

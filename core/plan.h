@@ -45,5 +45,7 @@ std::vector<int64_t> EvalIndices(const Scenario& s, int rank, bool count_padding
 
 // Rows `rows` of the dataset as one batch (x rows; y rows or class ids).
 Batch MakeBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows);
+// MakeBatch into `b`, reusing its storage (a training loop's one batch, refilled every micro-step).
+void FillBatch(const Tensor& x, const Tensor& y, const std::vector<int64_t>& rows, Batch* b);
 
 }  // namespace ddpcheck::core

@@ -62,6 +62,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
   if (scaled) DDPCHECK_RETURN_IF_ERROR(MakeGradScaler(s.amp, faults.ScalerInitFactor(), &scaler));
   const AmpGradOps amp_ops{[&](float inv) { return replica->UnscaleGrads(inv); }, [&] { return replica->GradNorm(); },
                            [&](double f) { replica->ScaleGrads(f); }};
+  Batch batch;  // refilled every micro-step (FillBatch)
   for (const StepPlan& p : plan) {
     rec->set_step(p.step);
     const DdpFaults ddp_faults = faults.DdpAt(p.step);
@@ -69,7 +70,7 @@ Status RunSteps(const Scenario& s, int rank, Replica* replica, Communicator* com
     rec->Record(Checkpoint::kSampler, "indices", IndicesTensor(p.micro_batches));
     const size_t k = p.micro_batches.size();
     for (size_t m = 0; m < k; ++m) {
-      Batch batch = MakeBatch(s.data.x, s.data.y, p.micro_batches[m]);
+      FillBatch(s.data.x, s.data.y, p.micro_batches[m], &batch);
       batch.micro_step = static_cast<int64_t>(m);
       sync_bn.SetContext(p.step, static_cast<int64_t>(m), static_cast<int64_t>(k));
       double loss = 0.0;

@@ -1,15 +1,23 @@
 #include "real/device_context.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
+#include "core/check.h"
 #include "real/cuda_check.h"
 #include "real/poll_wait.h"
 
 namespace ddpcheck::real {
+namespace {
+
+// HostWait's polling: yield for the first 2 ms (a step's kernels), then sleep at most 100 us between queries.
+constexpr std::chrono::microseconds kWaitSpin{2000}, kWaitMaxPause{100};
+
+}  // namespace
 
 core::Status DeviceContext::Create(int device, std::unique_ptr<DeviceContext>* out) {
   std::unique_ptr<DeviceContext> c(new DeviceContext());
@@ -42,6 +50,10 @@ DeviceContext::~DeviceContext() {
   if (compute_) cudaStreamDestroy(compute_);
   if (comm_) cudaStreamDestroy(comm_);
   if (pinned_) cudaFreeHost(pinned_);
+  for (StageSlot& slot : stage_) {
+    if (slot.done) cudaEventDestroy(slot.done);
+    if (slot.p) cudaFreeHost(slot.p);
+  }
 }
 
 void DeviceContext::Activate() const { DDPCHECK_CUDA(cudaSetDevice(device_)); }
@@ -91,6 +103,16 @@ void DeviceContext::HostWait(cudaStream_t stream) const {
   cudaEvent_t ev;
   DDPCHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   DDPCHECK_CUDA(cudaEventRecord(ev, stream));
+  try {
+    WaitEvent(ev, stream == comm_ ? "comm" : "compute");
+  } catch (...) {
+    cudaEventDestroy(ev);
+    throw;
+  }
+  cudaEventDestroy(ev);
+}
+
+void DeviceContext::WaitEvent(cudaEvent_t ev, const char* what) const {
   cudaError_t last = cudaSuccess;
   const PollResult r = PollUntil(
       [&] {
@@ -98,14 +120,35 @@ void DeviceContext::HostWait(cudaStream_t stream) const {
         return last == cudaSuccess ? PollState::kDone
                                    : (last == cudaErrorNotReady ? PollState::kNotReady : PollState::kFailed);
       },
-      std::chrono::steady_clock::now() + wait_limit_);
-  cudaEventDestroy(ev);
+      std::chrono::steady_clock::now() + wait_limit_, kWaitMaxPause, kWaitSpin);
   if (r == PollResult::kFailed) DDPCHECK_CUDA(last);
   if (r == PollResult::kTimedOut) {
     throw HostWaitTimeout(fmt::format("cuda: device {}: the {} stream did not finish within {} ms (a kernel or a "
-                                      "collective that never ends)", device_, stream == comm_ ? "comm" : "compute",
-                                      wait_limit_.count()));
+                                      "collective that never ends)", device_, what, wait_limit_.count()));
   }
+}
+
+void* DeviceContext::Stage(int64_t bytes) {
+  StageSlot& slot = stage_[stage_next_];
+  stage_cur_ = stage_next_;
+  stage_next_ = (stage_next_ + 1) % kStageSlots;
+  if (slot.done) WaitEvent(slot.done, "compute");  // its last copy (8 uploads ago): long done
+  if (bytes > slot.bytes) {
+    if (slot.p) DDPCHECK_CUDA(cudaFreeHost(slot.p));
+    slot.p = nullptr;
+    const int64_t want = std::max<int64_t>(bytes, 1 << 16);
+    DDPCHECK_CUDA(cudaHostAlloc(&slot.p, static_cast<size_t>(want), cudaHostAllocDefault));
+    slot.bytes = want;
+  }
+  return slot.p;
+}
+
+void DeviceContext::StageEnqueued(cudaStream_t stream) {
+  DDPCHECK_CHECK(stage_cur_ >= 0, "StageEnqueued without Stage");
+  StageSlot& slot = stage_[stage_cur_];
+  if (!slot.done) DDPCHECK_CUDA(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+  DDPCHECK_CUDA(cudaEventRecord(slot.done, stream));
+  stage_cur_ = -1;
 }
 
 void* DeviceContext::Pinned(int64_t bytes) const {

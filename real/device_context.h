@@ -67,6 +67,12 @@ class DeviceContext {
   std::chrono::milliseconds wait_limit() const { return wait_limit_; }
   // A pinned host buffer of at least `bytes`, reused by the next call (one user at a time).
   void* Pinned(int64_t bytes) const;
+  // A pinned host buffer of at least `bytes` for one host-to-device copy that the host does not wait for: fill
+  // it, enqueue the copy on a stream, then StageEnqueued(that stream). The buffers form a ring; one is refilled
+  // only once its last copy has finished (waited for, bounded, in the rare case it has not), so an upload never
+  // waits for the kernels queued before it (a step's batch is copied while the last step's backward runs).
+  void* Stage(int64_t bytes);
+  void StageEnqueued(cudaStream_t stream);
 
  private:
   DeviceContext() = default;
@@ -81,6 +87,16 @@ class DeviceContext {
   std::vector<Range> in_flight_;
   mutable void* pinned_ = nullptr;
   mutable int64_t pinned_bytes_ = 0;
+  struct StageSlot {
+    void* p = nullptr;
+    int64_t bytes = 0;
+    cudaEvent_t done = nullptr;  // recorded after the slot's last copy
+  };
+  static constexpr int kStageSlots = 8;
+  StageSlot stage_[kStageSlots];
+  int stage_next_ = 0, stage_cur_ = -1;
+  // Polls `ev` until done (bounded by wait_limit_); `what` names the stream in the timeout's message.
+  void WaitEvent(cudaEvent_t ev, const char* what) const;
 };
 
 }  // namespace ddpcheck::real

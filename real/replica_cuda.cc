@@ -135,16 +135,18 @@ struct CudaReplica::Impl {
 
 namespace {
 
+// Copies `v` as T into `buf` on the compute stream, in order after the kernels queued before it (which may still
+// be reading `buf`: the last step's backward reads its batch), without waiting for them (DeviceContext::Stage).
 template <typename T>
-void Upload(const DeviceContext& ctx, const std::vector<double>& v, DeviceBuffer* buf) {
+void Upload(DeviceContext& ctx, const std::vector<double>& v, DeviceBuffer* buf) {
   const auto n = static_cast<int64_t>(v.size());
   buf->Reserve(n * static_cast<int64_t>(sizeof(T)), ctx.compute());
   if (n == 0) return;
-  T* host = static_cast<T*>(ctx.Pinned(n * static_cast<int64_t>(sizeof(T))));
+  T* host = static_cast<T*>(ctx.Stage(n * static_cast<int64_t>(sizeof(T))));
   for (int64_t i = 0; i < n; ++i) host[i] = static_cast<T>(v[static_cast<size_t>(i)]);
   DDPCHECK_CUDA(cudaMemcpyAsync(buf->get(), host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice,
                                 ctx.compute()));
-  ctx.HostWait(ctx.compute());  // the pinned buffer is reused by the next copy
+  ctx.StageEnqueued(ctx.compute());
 }
 
 // C (m x n, column-major) = op(A) op(B) [+ C], the GEMM of the run's math mode. For autocast modes A, B (and
