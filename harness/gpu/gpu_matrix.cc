@@ -23,14 +23,28 @@ bool SameTraces(const core::Trace& a, const core::Trace& b) {
   return true;
 }
 
-nlohmann::json StatsJson(const core::CompareResult& r, double* max_abs, double* max_rel, double* max_ulps) {
+// Per checkpoint the comparison's statistics; *worst: the row's summary over the checkpoints, the largest error
+// relative to the reference's scale (RunReport::CheckpointSummary::max_scaled_err: |got - reference| over the
+// largest |reference| at that step and checkpoint, so values near zero do not inflate it, nor a GradScaler's
+// 65536x scaled gradients), the largest fraction of the budget used, and the largest ULP distance.
+struct Worst {
+  double scaled = 0, used = 0, ulps = 0;
+  std::string scaled_at;  // the checkpoint of `scaled`
+};
+
+nlohmann::json StatsJson(const core::RunReport& r, Worst* worst) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, st] : r.stats) {
+  for (const auto& [name, st] : r.result.stats) {
     j[name] = {{"compared", st.compared}, {"failed", st.failed}, {"max_abs", st.max_abs},
                {"max_rel", st.max_rel},   {"max_ulps", st.max_ulps}};
-    *max_abs = std::max(*max_abs, st.max_abs);
-    *max_rel = std::max(*max_rel, st.max_rel);
-    *max_ulps = std::max(*max_ulps, st.max_ulps);
+    worst->ulps = std::max(worst->ulps, st.max_ulps);
+  }
+  for (const auto& [name, sum] : r.checkpoint_summary) {
+    if (!j.contains(name)) j[name] = nlohmann::json::object();
+    j[name]["max_scaled_err"] = sum.max_scaled_err;
+    j[name]["max_budget_used"] = sum.max_budget_used;
+    if (sum.max_scaled_err > worst->scaled) worst->scaled = sum.max_scaled_err, worst->scaled_at = name;
+    worst->used = std::max(worst->used, sum.max_budget_used);
   }
   return j;
 }
@@ -47,7 +61,7 @@ Row RunRow(const core::Scenario& base, const std::string& backend, const std::st
   row.json = {{"scenario", base.name}, {"backend", backend}, {"math", math_name}, {"world", world}};
   auto skip = [&](const std::string& why) {
     row.json["status"] = "skipped: " + why;
-    row.markdown = fmt::format("| {} | {} | {} | {} | skipped: {} | | | | | |\n", base.name, backend, math_name,
+    row.markdown = fmt::format("| {} | {} | {} | {} | skipped: {} | | | | | | |\n", base.name, backend, math_name,
                                world, why);
     return row;
   };
@@ -76,15 +90,15 @@ Row RunRow(const core::Scenario& base, const std::string& backend, const std::st
   if (!st.ok()) {
     row.ok = false;
     row.json["status"] = "error: " + st.message();
-    row.markdown = fmt::format("| {} | {} | {} | {} | error: {} | | | | | FAILED |\n", base.name, backend,
+    row.markdown = fmt::format("| {} | {} | {} | {} | error: {} | | | | | | FAILED |\n", base.name, backend,
                                math_name, world, st.message());
     return row;
   }
   const bool deterministic = SameTraces(gpu1, gpu2) && SameTraces(gpu2, gpu1);
-  double ra = 0, rr = 0, ru = 0, sa = 0, sr = 0, su = 0;
+  Worst ref, sim;
   row.json["status"] = "ran";
-  row.json["vs_reference_fp64"] = StatsJson(vs_ref.result, &ra, &rr, &ru);
-  row.json["vs_sim"] = StatsJson(vs_sim.result, &sa, &sr, &su);
+  row.json["vs_reference_fp64"] = StatsJson(vs_ref, &ref);
+  row.json["vs_sim"] = StatsJson(vs_sim, &sim);
   row.json["pass_vs_reference_fp64"] = vs_ref.pass();
   row.json["pass_vs_sim"] = vs_sim.pass();
   row.json["deterministic"] = deterministic;
@@ -92,9 +106,10 @@ Row RunRow(const core::Scenario& base, const std::string& backend, const std::st
   if (vs_ref.result.first) row.json["first_divergence_vs_reference"] = core::DescribeMismatch(*vs_ref.result.first);
   if (vs_ref.diagnosis) row.json["diagnosis"] = vs_ref.diagnosis->pattern;
   row.ok = vs_ref.pass() && vs_sim.pass() && deterministic;
-  row.markdown = fmt::format("| {} | {} | {} | {} | {:.3g} | {:.3g} | {:.3g} | {:.3g} | {} | {} |\n", base.name,
-                             backend, math_name, world, ra, rr, ru, sa, deterministic ? "yes" : "NO",
-                             row.ok ? "OK" : "FAILED");
+  row.markdown = fmt::format("| {} | {} | {} | {} | {:.3g}{} | {:.3g} | {:.3g} | {:.3g} | {:.3g} | {} | {} |\n",
+                             base.name, backend, math_name, world, ref.scaled,
+                             ref.scaled_at.empty() ? "" : " (" + ref.scaled_at + ")", ref.used, ref.ulps, sim.scaled,
+                             sim.used, deterministic ? "yes" : "NO", row.ok ? "OK" : "FAILED");
   return row;
 }
 
@@ -105,10 +120,11 @@ core::Status RunGpuMatrix(const GpuMatrixOptions& opts, nlohmann::json* json, st
   const real::Provenance prov = real::GetProvenance();
   nlohmann::json rows = nlohmann::json::array();
   std::string table =
-      "| scenario | backend | math | W | max abs vs fp64 | max rel vs fp64 | max ULP vs fp64 | max abs vs sim | "
-      "deterministic | verdict (ranks bitwise equal, vs fp64, vs sim) |\n"
-      "| | | | ranks | abs | rel | ULP (of the math type) | abs | run to run | |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+      "| scenario | backend | math | W | error vs fp64 (where) | budget used vs fp64 | max ULP vs fp64 | error vs "
+      "sim | budget used vs sim | deterministic | verdict (ranks bitwise equal, vs fp64, vs sim) |\n"
+      "| | | | ranks | max \\|err\\| / max \\|ref\\| of a checkpoint | max \\|err\\| / budget | ULP (of the math "
+      "type) | as vs fp64 | as vs fp64 | run to run | |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   bool all_ok = true;
   for (const core::Scenario& s : opts.scenarios) {
     for (const std::string& math : opts.maths) {
