@@ -690,9 +690,9 @@ void CheckProtocolData(const ProtocolRecords& r, ProtocolResult* out, std::vecto
     if (r.forward_positional > 1) what.push_back(fmt::format("{} more positional argument(s)", r.forward_positional - 1));
     if (!r.forward_keywords.empty()) what.push_back(fmt::format("the keyword(s) {}", fmt::join(r.forward_keywords, ", ")));
     out->skipped.push_back(fmt::format(
-        "forward inputs beside the batch ({}): each rank's reference takes them as that rank built them, so one built "
-        "differently on a rank is not seen; derive them from the batch's rows, or pass the batch indices and build "
-        "them in the model", fmt::join(what, "; ")));
+        "forward inputs after the first ({}): each rank's reference takes them as that rank passed them, so one "
+        "built differently on a rank (a mask, a second view of the rows) is not seen; derive them from the batch's "
+        "rows, or pass the batch indices and build them in the model", fmt::join(what, "; ")));
   }
   CheckDataset(r, f);
   CheckStatesAgree(r, out, f);

@@ -128,11 +128,16 @@ void CheckLr(const ProtocolRecords& r, ProtocolResult* out, std::vector<Protocol
       m.want = g < s0.lrs.size() ? s0.lrs[g] : 0;
       const bool sched = st.scheduler_steps_before != s0.scheduler_steps_before;
       m.message = fmt::format("lr {} on rank {} but {} on rank {}", m.got, rank->rank, m.want, base->rank);
-      f->push_back({m, sched ? fmt::format("scheduler-one-rank@{}", rank->rank) : "",
+      // Schedulers stepped alike: the lr itself was built or set per rank (optimizer-settings-per-rank, QA round
+      // 16: `lr *= world` inside an `if rank == 0` block was named by no pattern).
+      f->push_back({m, fmt::format("{}@{}", sched ? "scheduler-one-rank" : "optimizer-settings-per-rank", rank->rank),
                     sched ? fmt::format("rank {} had stepped its lr scheduler {} times and rank {} {} times: the "
                                         "scheduler runs on one rank only", rank->rank, st.scheduler_steps_before,
                                         base->rank, s0.scheduler_steps_before)
-                          : m.message, 5});
+                          : fmt::format("{}, with every lr scheduler stepped {} times on both: the lr was built or "
+                                        "set per rank (scaled or assigned by hand on one rank, or a scheduler fed a "
+                                        "per-rank value such as ReduceLROnPlateau's metric)",
+                                        m.message, st.scheduler_steps_before), 5});
     }
   }
   out->checked.push_back("each param group's lr identical on every rank");

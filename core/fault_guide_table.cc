@@ -39,7 +39,8 @@ const std::vector<FaultGuide>& Guides() {
        "net = nn.Sequential(net, nn.BatchNorm1d(32))\nmodel = DDP(net)\nout = model(x)"},
       {"no-initial-broadcast",
        "ranks hold different parameters from the first step on; the run never agrees with a single process",
-       "wrap the model in DDP (it broadcasts rank 0's parameters at construction), or seed every rank alike",
+       "wrap the model in DDP (it broadcasts rank 0's parameters at construction) and load or change its weights "
+       "(a checkpoint, pretrained embeddings) before wrapping it or on every rank alike, or seed every rank alike",
        "torch.manual_seed(rank)\nmodel = Net()\n# a hand-written all-reduce of gradients, no DDP",
        "torch.manual_seed(seed)\nmodel = DDP(Net(), device_ids=[rank])  # broadcasts rank 0's state"},
       {"bypass-ddp",
@@ -180,9 +181,9 @@ const std::vector<FaultGuide>& RecordedGuides() {
        "class Both(nn.Module):  # model and loss weights in one module\n    ...\nddp = DDP(Both(model, "
        "AutomaticWeightedLoss(2)))\nopt = AdamW(ddp.parameters())"},
       {"optimizer-settings-per-rank",
-       "a param group's hyper-parameters other than the lr (weight_decay, momentum, betas, eps) differ between "
-       "ranks at a step: each rank updates its parameters differently, so they part although DDP averages the "
-       "gradients",
+       "a param group's hyper-parameters (weight_decay, momentum, betas, eps, or the lr with every lr scheduler "
+       "stepped alike) differ between ranks at a step: each rank updates its parameters differently, so they part "
+       "although DDP averages the gradients",
        "build the optimizer with the same settings on every rank, and change them (if at all) on every rank alike",
        "wd = 0.05 if rank == 0 else 0.1\nopt = AdamW(ddp.parameters(), weight_decay=wd)",
        "opt = AdamW(ddp.parameters(), weight_decay=0.05)  # one setting for every rank"},
@@ -199,9 +200,12 @@ const std::vector<FaultGuide>& RecordedGuides() {
 }  // namespace
 
 const FaultGuide* FindFaultGuide(const std::string& name) {
+  // A diagnosis names the rank (and step) it found the pattern on: "scheduler-one-rank@1", "skip-step@1:2" (QA
+  // round 16: such a diagnosis had no "how to fix" line).
+  const std::string base = name.substr(0, name.find_first_of("@:"));
   for (const auto* table : {&Guides(), &RecordedGuides()}) {
     for (const auto& g : *table) {
-      if (name == g.name) return &g;
+      if (base == g.name) return &g;
     }
   }
   return nullptr;
@@ -231,8 +235,10 @@ const std::vector<RecordedPattern>& RecordedPatterns() {
        "recorder's outside_params, its value or checksum after optimizer.step()): a learnable loss weight beside "
        "the model"},
       {"optimizer-settings-per-rank", "rank-divergent", "lr (optimizer.<setting> (group <g>)), the first step",
-       "a param group's hyper-parameter other than the lr (weight_decay, momentum, betas, eps, as the recorder's "
-       "groups give them at the optimizer step) differs between ranks at a step"},
+       "a param group's hyper-parameter (weight_decay, momentum, betas, eps, as the recorder's groups give them at "
+       "the optimizer step, or the lr where every lr scheduler stepped as often on every rank: an lr scaled or set "
+       "by hand on one rank, or a scheduler fed a per-rank value such as ReduceLROnPlateau's metric) differs "
+       "between ranks at a step"},
       {"scheduler-one-rank", "rank-divergent", "lr, the first step after the scheduler diverged",
        "an LR scheduler stepped a different number of times on one rank (stepped on rank 0 only, or skipped on "
        "one rank): the lr at the optimizer step differs between ranks"},

@@ -117,14 +117,14 @@ TEST(DataNotChecked, NoBatchIndicesOnAnyRankIsSaid) {
   EXPECT_EQ(Skipped(with).find("got no batch indices"), std::string::npos) << Skipped(with);
 }
 
-// Forward inputs beside the batch are each rank's own: the report says they went unchecked, naming them.
+// Forward inputs after the first are each rank's own: the report says they went unchecked, naming them.
 TEST(DataNotChecked, ForwardInputsBesideTheBatchAreSaid) {
   ProtocolRecords r = World(2, 1, {});
   EXPECT_EQ(Skipped(CheckProtocol(r)).find("forward inputs"), std::string::npos);
   r.forward_positional = 2;
   r.forward_keywords = {"pad_mask"};
   const std::string said = Skipped(CheckProtocol(r));
-  EXPECT_NE(said.find("forward inputs beside the batch (1 more positional argument(s); the keyword(s) pad_mask)"),
+  EXPECT_NE(said.find("forward inputs after the first (1 more positional argument(s); the keyword(s) pad_mask)"),
             std::string::npos) << said;
 }
 

@@ -2,13 +2,13 @@
 // common factor W on every rank's local gradient is loss-times-world; a factor on one rank names that rank; a
 // reduced bucket that is not the mean of the local ones fails; a bucket layout other than torch's initial
 // assignment fails at step 0; a parameter update that is not SGD's fails at params.
-#include <gtest/gtest.h>
-
 #include <cmath>
-
 #include <map>
 
+#include <gtest/gtest.h>
+
 #include "core/dump_protocol.h"
+#include "core/fault_guide.h"
 
 namespace ddpcheck::core {
 namespace {
@@ -229,6 +229,22 @@ TEST(CheckProtocol, LrFindingsNeverOutnumberTheLrsCompared) {
   ASSERT_TRUE(res.result.stats.count("lr"));
   EXPECT_GE(res.result.stats.at("lr").compared, res.result.stats.at("lr").failed);
   for (const auto& [name, st] : res.result.stats) EXPECT_LE(st.failed, st.compared) << name;
+}
+
+// An lr set per rank with the schedulers stepped alike (`lr *= world` inside `if rank == 0`, QA round 16) is
+// optimizer-settings-per-rank on the odd rank, and its "how to fix" is found although the diagnosis names the rank.
+TEST(CheckProtocol, AnLrSetPerRankWithSchedulersSteppedAlikeIsOptimizerSettingsPerRank) {
+  ProtocolRecords r = Records({1.0, 1.0, 1.0});
+  for (auto& st : r.ranks[0].steps) st.lrs = {0.3};
+  const ProtocolResult res = CheckProtocol(r);
+  ASSERT_TRUE(res.diagnosis.has_value());
+  EXPECT_EQ(res.diagnosis->pattern, "optimizer-settings-per-rank@0");
+  EXPECT_NE(res.diagnosis->explanation.find("every lr scheduler stepped 0 times"), std::string::npos)
+      << res.diagnosis->explanation;
+  const FaultGuide* g = FindFaultGuide(res.diagnosis->pattern);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(std::string(g->name), "optimizer-settings-per-rank");
+  EXPECT_EQ(FindFaultGuide("skip-step@1:2"), FindFaultGuide("skip-step"));
 }
 
 // A rank that stepped with gradients DDP never reduced: through ddp.module (no forward through DDP) is bypass-ddp;
