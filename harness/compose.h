@@ -26,7 +26,7 @@ struct Composition {
 };
 
 // Whether the run is judged by the step-local replay (reference/step_local.h) against an oracle that is the
-// float64 reference (`oracle_is_reference`): a recorded torch run, a CPU world, or a stored run's trace, whose
+// float64 reference (`oracle_is_reference`): a recorded torch run, a CPU world, a GPU world in fp32 or fp64, or a stored run's trace, whose
 // arithmetic is not exact by construction, with a scenario the replay has rules for.
 bool StepLocalApplies(const core::Scenario* scenario, SourceKind kind, const core::Trace& got,
                       const core::TolerancePolicy& policy, bool oracle_is_reference);

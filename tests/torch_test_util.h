@@ -33,13 +33,17 @@ inline bool TorchAvailable() {
 // dump); any other failure is returned as it is.
 inline int RunTorchRecording(const std::function<std::string(int port)>& make_cmd, int port, const std::string& log) {
   int code = -1;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
     const int status = std::system(make_cmd(20000 + (port - 20000 + attempt * 7919) % 20000).c_str());
     code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     if (code == 0) break;
+    // Another port where the rendezvous itself failed: the port was taken, or another process's server on it
+    // reset the connection (session 16, under a second process's load: "Connection reset by peer" raised in
+    // _create_c10d_store), before any training ran.
     const std::string text = ReadFile(log);
     if (text.find("terminate called without an active exception") == std::string::npos &&
-        text.find("Address already in use") == std::string::npos) {
+        text.find("Address already in use") == std::string::npos &&
+        text.find("_create_c10d_store") == std::string::npos) {
       break;
     }
   }
