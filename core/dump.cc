@@ -491,6 +491,40 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
     return Status::Invalid("no dataset: call rec.set_dataset(X, Y) or pass xb, yb to rec.step()");
   }
   s->data.samples = s->data.x.shape[0];
+  // Every batch's rows are rows of the recorded dataset, and some rank recorded each of them (QA round 16: a batch
+  // index past the dataset, or a rank whose /dataset was deleted, replayed those rows as zeros and FAILed naming no
+  // pattern). Past the dataset: the index is not this dataset's (exit 2). Never recorded: no replay.
+  {
+    const int64_t n = s->data.samples;
+    std::vector<char> covered(static_cast<size_t>(n), 0);
+    for (const auto& r : d.ranks) {
+      if (!r.index.contains("dataset")) continue;
+      const auto& ds = r.index.at("dataset");
+      if (ds.value("complete", false)) {
+        std::fill(covered.begin(), covered.end(), 1);
+        break;
+      }
+      for (int64_t row : ds.value("rows_seen", std::vector<int64_t>{})) {
+        if (row >= 0 && row < n) covered[static_cast<size_t>(row)] = 1;
+      }
+    }
+    for (const auto& [key, t] : d.trace.records()) {
+      if (key.checkpoint != Checkpoint::kSampler || key.tensor != "indices") continue;
+      for (double v : t->data) {
+        if (!(v >= 0 && v < static_cast<double>(n))) {
+          return Status::Invalid(fmt::format(
+              "{}/rank{}/index.json: /steps/{}/indices: row {} is not a row of the recorded dataset ({} rows): the "
+              "indices rec.step() is given must index the dataset it records (rec.set_dataset's, or the rows of "
+              "xb/yb); a file edited or from another recording?", d.dir, key.rank, key.step, v, n));
+        }
+        if (!covered[static_cast<size_t>(v)] && unsupported->empty()) {
+          *unsupported = fmt::format("rank {}'s batch at step {} used dataset row {}, which no rank's recorded "
+                                     "dataset holds (its /dataset is missing, or its rows_seen leave it out)",
+                                     key.rank, key.step, static_cast<int64_t>(v));
+        }
+      }
+    }
+  }
   // Sampler, batches and epochs as the loop ran them.
   const auto& sm = ix.value("sampler", nlohmann::json::object());
   s->sampler.shuffle = sm.value("shuffle", false);
@@ -1041,7 +1075,8 @@ Status ReadTorchDump(const std::string& dir, TorchDump* out) {
   }
   try {
     Status st = BuildScenario(*out, &out->scenario, &out->replay_unsupported);
-    if (!st.ok()) return st.Prefixed(dir + "/rank0/index.json");
+    // (an error that names its own rank's file already starts with the dump's folder)
+    if (!st.ok()) return st.message().rfind(dir, 0) == 0 ? st : st.Prefixed(dir + "/rank0/index.json");
     if (replay_autocast) {
       // torch 1.13's CPU autocast runs in bfloat16 only; a recorder that says otherwise names the dtype.
       const auto& ix0 = out->ranks[0].index;

@@ -1,6 +1,7 @@
 #include "core/dump_index.h"
 
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -235,6 +236,18 @@ Status CheckStep(const json& st, const std::string& p, int64_t n_params) {
       DDPCHECK_RETURN_IF_ERROR(ElementsInRange(buckets[b], q, "params", 0, std::max<int64_t>(n, 1) - 1,
                                                n_params >= 0 ? "a parameter's index in the index's /params"
                                                              : "a parameter's index"));
+      // Each parameter once, and at least one (QA round 16: an empty list crashed the protocol check).
+      const json& bp = buckets[b].at("params");
+      if (bp.empty()) {
+        return JsonError(JsonPath(q, "params"), "must name at least one parameter (a DDP bucket is never empty)", bp);
+      }
+      std::set<int64_t> held;
+      for (size_t i = 0; i < bp.size(); ++i) {
+        if (!held.insert(bp[i].get<int64_t>()).second) {
+          return JsonError(JsonPath(JsonPath(q, "params"), i), "must name each parameter once (DDP puts a parameter "
+                                                               "in one bucket)", bp[i]);
+        }
+      }
     }
   }
   DDPCHECK_RETURN_IF_ERROR(InRange(st, p, {"step"}, 0, kMaxSteps, "a step number"));
@@ -308,6 +321,14 @@ Status CheckTorchDumpIndexTypes(const json& ix) {
   if (ix.contains("replay")) {
     DDPCHECK_RETURN_IF_ERROR(
         Fields(ix.at("replay"), "/replay", {{"possible", Is::kBool}, {"reasons", Is::kStringArray}}));
+    // The recorder replays only a run with a DistributedSampler (it notes "no DistributedSampler was passed"):
+    // a replayable index without /sampler was edited, and its replay would draw a default sampler's batches (QA
+    // round 16: a FAIL naming no pattern).
+    const json& rp = ix.at("replay");
+    if (rp.contains("possible") && rp.at("possible") == true && !ix.contains("sampler")) {
+      return JsonError("/replay/possible", "must be false where no /sampler was recorded (the recorder replays only "
+                       "a run with a DistributedSampler): an edited index? record the run again", rp.at("possible"));
+    }
   }
   // The header's sizes, on every rank's index alike (rank r > 0's was read but not checked: a sampler length of
   // 2^40 there allocated that many indices)

@@ -55,6 +55,29 @@ Status ReducedFromGrads(const std::vector<ProtocolParam>& params, const Protocol
   return Status::Ok();
 }
 
+// A bucket's local or reduced gradient is its parameters' gradients one after another (DDP's flat bucket): as many
+// floating values as they have (QA round 16: a local bucket of 10 of its 83 values was zero-padded and reported as
+// a reduction that is not the mean). A sparse parameter's bucket is not flat: not checked.
+Status CheckBucketTensor(const std::vector<ProtocolParam>& params, const ProtocolBucket& pb, size_t b, const char* what,
+                         const std::string& file, const Tensor& t) {
+  int64_t total = 0;
+  for (int i : pb.params) {
+    if (i < 0 || static_cast<size_t>(i) >= params.size() || params[static_cast<size_t>(i)].sparse) return Status::Ok();
+    total += params[static_cast<size_t>(i)].numel;
+  }
+  const std::string where = fmt::format("/buckets/{}/{}", b, what);
+  if (!IsFloating(t.dtype)) {
+    return Status::Invalid(fmt::format("{}: {} holds {} values; a bucket holds its parameters' gradients, floating "
+                                       "values", where, file, DTypeName(t.dtype)));
+  }
+  if (t.numel() != total) {
+    return Status::Invalid(fmt::format("{}: {} holds {} values; the bucket's {} parameter(s) have {} (a bucket is its "
+                                       "parameters' gradients one after another): the file does not belong to this "
+                                       "bucket or was cut short", where, file, t.numel(), pb.params.size(), total));
+  }
+  return Status::Ok();
+}
+
 Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::vector<ProtocolParam>& params,
                 const nlohmann::json& st, ProtocolStep* s) {
   s->step = st.at("step").get<int64_t>();
@@ -163,9 +186,11 @@ Status LoadStep(DumpTensorFiles& tensors, const std::string& type, const std::ve
     pb.index = b.at("index").get<int64_t>();
     pb.params = b.at("params").get<std::vector<int>>();
     DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("local").get<std::string>(), &pb.local));
+    DDPCHECK_RETURN_IF_ERROR(CheckBucketTensor(params, pb, k, "local", b.at("local").get<std::string>(), pb.local));
     if (b.contains("reduced") && b.at("reduced").is_string()) {
       Tensor t;
       DDPCHECK_RETURN_IF_ERROR(tensors.Read(b.at("reduced").get<std::string>(), &t));
+      DDPCHECK_RETURN_IF_ERROR(CheckBucketTensor(params, pb, k, "reduced", b.at("reduced").get<std::string>(), t));
       pb.reduced = std::move(t);
     } else if (b.value("reduced_is_grads", false)) {  // its type and version checked by ReadTorchDump
       DDPCHECK_RETURN_IF_ERROR(ReducedFromGrads(params, *s, k, &pb));

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "core/compare.h"
 #include "core/diagnose.h"
 #include "core/dump_check.h"
 #include "core/faults.h"
 #include "core/fault_spec.h"
+#include "core/finite.h"
 #include "core/train_loop.h"
 #include "harness/compose.h"
 #include "harness/sources.h"
@@ -108,6 +111,25 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
   c.step_local = replayed ? &*replayed : nullptr;
   c.bitwise = bitwise;
   DDPCHECK_RETURN_IF_ERROR(Compose(c, report));
+  // A world that agreed with its reference while its values went to NaN or inf (an lr of 1e18: the single process
+  // blows up the same way, bitwise) is not a PASS: a finding, as for a recorded run or a stored trace (QA round 16).
+  // AMP's skipped steps are exempt. A run that failed already keeps its first divergence and diagnosis.
+  if (report->pass() && (opts.got.kind == SourceKind::kSim || opts.got.kind == SourceKind::kGpu ||
+                         opts.got.kind == SourceKind::kHybrid)) {
+    DDPCHECK_RETURN_IF_ERROR(core::CheckFinite(got.trace, got.name));
+  }
+  // A PASS over no step of a recording that holds steps checked nothing (QA round 16: rank indexes whose Join
+  // rounds disagreed at every step left none in common, and the verdict read "PASS ... of 0 steps").
+  if (report->pass() && report->steps == 0 && got.dump) {
+    int64_t recorded = got.dump->join_steps_dropped;  // (steps Join left unchecked are no longer in the indexes)
+    for (const auto& r : got.dump->ranks) recorded += r.steps;
+    if (recorded > 0) {
+      return core::Status::Invalid(fmt::format(
+          "{}: none of the {} step(s) the ranks recorded could be checked{}; nothing to judge: re-record the run "
+          "(every rank's index.json from the same run, unedited)", opts.got.path, recorded,
+          report->replay_note.empty() ? "" : " (" + report->replay_note + ")"));
+    }
+  }
 
   for (const Source& extra : opts.cross_checks) {
     Produced other;

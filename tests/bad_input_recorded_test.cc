@@ -199,6 +199,12 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
       {"/replay/possible", json()},
       {"/replay/reasons", 7},
       {"/optimizer/type", "str"},  // was read as Adam: "key 'betas' not found"
+      // QA round 16: an empty bucket crashed the protocol check (SIGSEGV); a local bucket of another size than its
+      // parameters' was zero-padded and blamed on DDP's mean
+      {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array()}, {"local", "s0.grad.0.bias.npy"}})})},
+      {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({1, 1})}, {"local", "s0.grad.0.bias.npy"}})})},
+      {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({0, 1})}, {"local", "s0.grad.0.bias.npy"}})})},
+      {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({1})}, {"local", "s0.indices.npy"}})})},
   };
   TempDir dir;
   for (const auto& c : cases) {
@@ -516,6 +522,47 @@ TEST(BadRecordedInput, EveryRanksIndexIsValidatedAndBoundedNamingThatRanksFile) 
       testing::WriteFile(file, ix.dump());
       ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2, {file, c.pointer});
     }
+  }
+}
+
+// Indexes that contradict themselves (QA round 16): each ended in a FAIL naming no pattern, or a PASS over nothing.
+TEST(BadRecordedInput, IndexesThatContradictThemselvesExit2OrSayWhatWasNotChecked) {
+  TempDir dir;
+  {  // a batch index past the recorded dataset's rows (2)
+    WriteDump(dir.File("a"));
+    Save(dir.File("a/rank0/s0.indices.npy"), core::Tensor(core::DType::kInt64, {2}, {0, 5}));
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("a") + "'"), 2,
+                {"rank0/index.json: /steps/0/indices", "row 5 is not a row of the recorded dataset (2 rows)"});
+  }
+  {  // replayable, with no sampler recorded (the recorder replays only a run with a DistributedSampler)
+    json ix = WriteDump(dir.File("b"));
+    ix.erase("sampler");
+    ix["replay"] = {{"possible", true}, {"reasons", json::array()}};
+    testing::WriteFile(dir.File("b/rank0/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("b") + "'"), 2, {"index.json", "/replay/possible"});
+  }
+  {  // rank 0's rows recorded by no rank (its /dataset deleted, rank 1's holding only the rows it saw): no replay
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("c"));
+    ix0.erase("dataset");
+    testing::WriteFile(dir.File("c/rank0/index.json"), ix0.dump());
+    ix1["dataset"]["complete"] = false;
+    ix1["dataset"]["rows_seen"] = json::array({1});
+    Save(dir.File("c/rank1/s0.indices.npy"), core::Tensor(core::DType::kInt64, {1}, {1}));
+    Save(dir.File("c/rank0/s0.indices.npy"), core::Tensor(core::DType::kInt64, {1}, {0}));
+    testing::WriteFile(dir.File("c/rank1/index.json"), ix1.dump());
+    const testing::CliResult o = testing::RunCli("torch-compare '" + dir.File("c") + "'");
+    EXPECT_NE(o.out.find("used dataset row 0, which no rank's recorded dataset holds"), std::string::npos)
+        << o.exit_code << o.out << o.err;
+  }
+  {  // Join rounds that disagree at every step leave no step in common: nothing was checked, never a PASS
+    auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));
+    ix0["join"] = ix1["join"] = true;
+    ix0["steps"][0]["join_round"] = 0;
+    ix1["steps"][0]["join_round"] = 1;
+    testing::WriteFile(dir.File("d/rank0/index.json"), ix0.dump());
+    testing::WriteFile(dir.File("d/rank1/index.json"), ix1.dump());
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("d") + "'"), 2,
+                {"none of the 2 step(s) the ranks recorded could be checked"});
   }
 }
 

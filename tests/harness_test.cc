@@ -125,6 +125,22 @@ TEST(Harness, DiffOfStoredTracesGivesTheReportOfTheRunThatWroteThem) {
   EXPECT_EQ(b.failed_cells, a.failed_cells);
 }
 
+// A world that agrees bitwise with its reference while both blow up (lr 1e18: inf at step 1, NaN after) is a
+// finding naming the first non-finite value, as `diff` of the same traces says (QA round 16: `run` said PASS).
+TEST(Harness, AWorldThatWentNonFiniteWithItsReferenceIsAFindingNotAPass) {
+  core::Scenario s = core::DefaultScenario();
+  s.optimizer.lr = 1e18;
+  s.steps = 4;
+  ASSERT_TRUE(core::ValidateScenario(s).ok());
+  core::RunReport report;
+  harness::CheckOptions o;
+  o.comm = "local";
+  const core::Status st = harness::Check(s, o, &report);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), core::Code::kMismatch) << st.ToString();
+  EXPECT_NE(st.message().find("non-finite value in"), std::string::npos) << st.message();
+}
+
 // `diff RUN REFERENCE` is judged like `run`: step-local with element-wise bounds. A float32 run's parameters
 // scaled by 1 + 1e-4 at one step in the stored trace (the ranks still agree) fail at that step.
 TEST(Harness, DiffAgainstAStoredReferenceCatchesA1e4ErrorInFloat32AtItsStep) {
