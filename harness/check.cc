@@ -1,6 +1,10 @@
 #include "harness/check.h"
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -10,6 +14,7 @@
 #include "core/faults.h"
 #include "core/fault_spec.h"
 #include "core/finite.h"
+#include "core/model_spec.h"
 #include "core/train_loop.h"
 #include "harness/compose.h"
 #include "harness/sources.h"
@@ -148,6 +153,43 @@ core::Status Finish(const std::optional<core::Scenario>& scenario, Produced got,
   return core::Status::Ok();
 }
 
+namespace {
+
+// A world keeps every step's records until the comparison (about (W + 2) x the model's elements per step, plus
+// about 4 KB per tensor and rank of records, report cells and charts: 72 KB a step for a 9-tensor model at W=2;
+// 2 KB counted): a run whose trace cannot fit the memory this machine has available is
+// refused before it starts (QA round 16: 2^20 epochs of the default scenario grew by 170 MB/s toward the OOM
+// killer). A lower bound: the run is refused only where it could not have finished.
+core::Status TraceFitsMemory(const core::Scenario& s) {
+  int64_t elements = 0, tensors = 0;
+  for (const auto& p : core::ModelParameters(s.model)) elements += core::NumelOf(p.shape), ++tensors;
+  for (const auto& b : core::ModelBuffers(s.model)) elements += core::NumelOf(b.shape), ++tensors;
+  const int64_t w = std::max(1, s.world), batch = std::max<int64_t>(1, s.batch_size);
+  const int64_t per_rank = (s.data.samples + w - 1) / w;
+  const double micro = static_cast<double>(s.epochs) * static_cast<double>((per_rank + batch - 1) / batch);
+  double steps = std::floor(micro / static_cast<double>(std::max<int64_t>(1, s.ddp.no_sync_steps)));
+  if (s.steps > 0) steps = std::min(steps, static_cast<double>(s.steps));
+  const double bytes = steps * (static_cast<double>(w + 2) * static_cast<double>(elements) * 8.0 +
+                                static_cast<double>(w * tensors) * 2048.0);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key) {
+    if (key == "MemAvailable:") {
+      meminfo >> kib;
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (kib <= 0 || bytes <= kib * 1024.0) return core::Status::Ok();
+  return core::Status::Invalid(fmt::format(
+      "the run would keep at least {:.1f} GiB of records ({:.0f} optimizer steps x {} ranks x {} model elements), "
+      "more than the {:.1f} GiB this machine has available: run fewer steps (--steps, /steps) or epochs (/epochs)",
+      bytes / 1073741824.0, steps, w, elements, kib / 1048576.0));
+}
+
+}  // namespace
+
 core::Status Check(std::optional<core::Scenario> s, const CheckOptions& opts, core::RunReport* report,
                    core::Trace* got_trace, core::Trace* want_trace) {
   Produced got;
@@ -160,6 +202,7 @@ core::Status Check(std::optional<core::Scenario> s, const CheckOptions& opts, co
     if (!s && !unreplayable) s = got.scenario;
   }
   if (s) DDPCHECK_RETURN_IF_ERROR(core::MaterializeData(&*s));
+  if (s && !carries_scenario) DDPCHECK_RETURN_IF_ERROR(TraceFitsMemory(*s));
   if (!carries_scenario) DDPCHECK_RETURN_IF_ERROR(Produce(opts.got, s ? &*s : nullptr, opts, &got));
   if (s && !got.trace.meta.contains("scenario_spec")) StampScenario(*s, &got.trace);
   CheckOptions o = opts;

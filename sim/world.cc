@@ -7,6 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+#include <sys/resource.h>
+
 #include "core/check.h"
 #include "core/train_loop.h"
 #include "sim/communicator_gloo.h"
@@ -63,12 +66,36 @@ std::function<void(int64_t, int64_t)> TestDieHook(int rank) {
   };
 }
 
+// Every rank of a world of threads opens a Gloo pair to every other: the process holds both ends of W(W-1)/2
+// connections plus a listener per rank. A world over the open-file limit failed minutes later in Gloo's full-mesh
+// connect, "Too many open files", as an internal error (QA round 16, W=256 under ulimit -n 20000): raise the soft
+// limit toward the hard one if that is enough, else say so before any rank starts.
+core::Status EnsureOpenFilesForMesh(int world) {
+  const auto w = static_cast<rlim_t>(world);
+  const rlim_t need = w * (w - 1) + 4 * w + 256;  // the mesh, listeners and wakeup fds, files the run opens
+  struct rlimit lim {};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need) {
+    return core::Status::Ok();
+  }
+  if (lim.rlim_max == RLIM_INFINITY || lim.rlim_max >= need) {
+    struct rlimit raised = lim;
+    raised.rlim_cur = need;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return core::Status::Ok();
+  }
+  return core::Status::Invalid(fmt::format(
+      "--world {} with --comm gloo: the ranks' full mesh of Gloo connections needs about {} open files, over this "
+      "process's limit of {} (ulimit -n; hard limit {}): raise it (ulimit -n {}), run fewer ranks, or use --comm "
+      "local (in-memory collectives)", world, need, lim.rlim_cur,
+      lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max), need));
+}
+
 }  // namespace
 
 core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Trace* out, core::Status* finding) {
   SimOptions opts = options;
   if (opts.timeout.count() <= 0) opts.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
   const int world = s.world;
+  if (opts.comm == "gloo") DDPCHECK_RETURN_IF_ERROR(EnsureOpenFilesForMesh(world));
   FillMeta(s, opts, out);
   core::Trace* trace = opts.record ? out : nullptr;
   std::vector<std::unique_ptr<core::Replica>> replicas(static_cast<size_t>(world));
