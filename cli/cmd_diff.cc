@@ -17,7 +17,7 @@ struct DiffArgs {
 };
 
 int Run(const DiffArgs& args) {
-  core::Status st = args.reports.Preflight();
+  core::Status st = args.reports.Preflight({args.a, args.b});
   if (!st.ok()) return Fail("diff", st);
   harness::CheckOptions opts;
   opts.got = {harness::SourceKind::kStoredTrace, args.a};

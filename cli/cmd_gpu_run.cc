@@ -48,7 +48,7 @@ int Run(const GpuRunArgs& a) {
   core::Scenario s;
   core::Status st = a.scenario.Resolve(&s);
   if (!st.ok()) return Fail("gpu-run", st);
-  st = a.reports.Preflight();
+  st = a.reports.Preflight({a.scenario.path});
   if (!st.ok()) return Fail("gpu-run", st);
   if (a.rank >= 0) return RunAsRank(a, std::move(s));
   // The whole world from this process: the same check as `run --backend real|hybrid`.

@@ -64,7 +64,7 @@ int Run(const RunArgs& a) {
   core::Scenario s;
   core::Status st = a.scenario.Resolve(&s);
   if (!st.ok()) return Fail("run", st);
-  st = a.reports.Preflight();
+  st = a.reports.Preflight({a.scenario.path});
   if (!st.ok()) return Fail("run", st);
   const bool gpu = a.backend == "real" || a.backend == "hybrid";
   if (!gpu && a.math == "tf32") {

@@ -68,7 +68,7 @@ struct TorchCompareArgs {
 };
 
 int Run(const TorchCompareArgs& args) {
-  core::Status st = args.reports.Preflight();
+  core::Status st = args.reports.Preflight({args.dump});
   if (!st.ok()) return Fail("torch-compare", st);
   harness::CheckOptions opts;
   opts.got = {harness::SourceKind::kTorchDump, args.dump};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -18,8 +19,9 @@ struct ReportFlags {
   bool quiet = false;
 
   void Add(CLI::App* app);
-  // Before the run: what can be known to fail early (the HTML report needs gnuplot).
-  core::Status Preflight() const;
+  // Before the run: what can be known to fail early (the HTML report needs gnuplot; a report path that would
+  // overwrite one of `inputs`, the files and folders the command reads).
+  core::Status Preflight(const std::vector<std::string>& inputs = {}) const;
 };
 
 // Writes the requested files (the JSON report with `extra` merged in at the top level), then prints the

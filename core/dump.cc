@@ -416,7 +416,10 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
     DDPCHECK_RETURN_IF_ERROR(ToLayer(ix.at("model")[i], i, &l, unsupported));
     s->model.push_back(l);
   }
-  s->loss = ix.value("loss", std::string("mse"));
+  // null: a loss the recorder could not describe (QA round 16: read as a string, the json library's text)
+  const bool loss_known = !ix.contains("loss") || ix.at("loss").is_string();
+  s->loss = loss_known ? ix.value("loss", std::string("mse")) : std::string("mse");
+  if (!loss_known && unsupported->empty()) *unsupported = "the recorded loss is none ddpcheck replays (/loss is null)";
   if (!ParseDType(ix.value("dtype", std::string("float32")), &s->precision)) {
     return Status::Invalid("/dtype: expected float32 or float64, got " + ix.value("dtype", std::string()));
   }
@@ -425,6 +428,10 @@ Status BuildScenario(const TorchDump& d, Scenario* s, std::string* unsupported) 
   s->ddp.broadcast_buffers = ddp.value("broadcast_buffers", true);
   s->ddp.find_unused_parameters = ddp.value("find_unused_parameters", false);
   s->ddp.gradient_as_bucket_view = ddp.value("gradient_as_bucket_view", false);
+  if (!ix.at("optimizer").is_object()) {  // null: an optimizer the recorder could not describe
+    if (unsupported->empty()) *unsupported = "the recorded optimizer is none ddpcheck replays (/optimizer is null)";
+    return Status::Ok();
+  }
   const auto& opt = ix.at("optimizer");
   s->optimizer.type = opt.at("type");
   s->optimizer.lr = opt.at("lr");

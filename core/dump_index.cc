@@ -160,6 +160,25 @@ Status ElementsInRange(const json& o, const std::string& path, const char* key, 
 // between ranks are the protocol check's findings, not bad input.
 Status CheckOptimizerValues(const json& o, const std::string& path) {
   if (!o.is_object()) return Status::Ok();
+  // The settings the replay and the protocol check read: numbers and flags of torch's types (QA round 16: a string
+  // momentum or a null lr ended in the json library's text, naming no pointer).
+  DDPCHECK_RETURN_IF_ERROR(Fields(o, path,
+                                  {{"type", Is::kString},
+                                   {"lr", Is::kNumber},
+                                   {"momentum", Is::kNumber},
+                                   {"dampening", Is::kNumber},
+                                   {"weight_decay", Is::kNumber},
+                                   {"eps", Is::kNumber},
+                                   {"alpha", Is::kNumber},
+                                   {"lr_decay", Is::kNumber},
+                                   {"initial_accumulator_value", Is::kNumber},
+                                   {"rho", Is::kNumber},
+                                   {"momentum_decay", Is::kNumber},
+                                   {"nesterov", Is::kBool},
+                                   {"maximize", Is::kBool},
+                                   {"amsgrad", Is::kBool},
+                                   {"centered", Is::kBool},
+                                   {"betas", Is::kNumberArray}}));
   for (const char* key : {"lr", "momentum", "weight_decay", "eps", "alpha", "lr_decay", "initial_accumulator_value"}) {
     if (o.contains(key) && o.at(key).is_number() && !(o.at(key).get<double>() >= 0)) {
       return JsonError(JsonPath(path, key), "must be >= 0 (torch's optimizers refuse a negative value)", o.at(key));
@@ -286,6 +305,13 @@ bool RecordedSeedIsNegative(const json& sampler) {
 }
 
 Status CheckTorchDumpIndexTypes(const json& ix) {
+  // What the report prints of a recording: its module's type and its tensors' names (not the free text torch
+  // wrote, an error's traceback or a loss's repr, which no report line holds raw).
+  if (ix.is_object()) {
+    for (const char* key : {"module_type", "model", "params", "buffers", "init"}) {
+      if (ix.contains(key)) DDPCHECK_RETURN_IF_ERROR(NoControlCharacters(ix.at(key), JsonPath("", key)));
+    }
+  }
   DDPCHECK_RETURN_IF_ERROR(Fields(ix, "",
                                   {{"format", Is::kString, true},
                                    {"rank", Is::kInt, true},

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "core/file.h"
 #include "core/suggest.h"
@@ -90,6 +94,43 @@ std::string DescribeJson(const json& v) {
   std::string s = v.dump();
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
+}
+
+namespace {
+
+bool HasControl(const std::string& text) {
+  for (unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status NoControlCharacters(const json& v, const std::string& path) {
+  // Depth first with an explicit stack: a hostile document nests deeper than the call stack would go.
+  std::vector<std::pair<const json*, std::string>> todo{{&v, path}};
+  while (!todo.empty()) {
+    auto [node, at] = todo.back();
+    todo.pop_back();
+    if (node->is_string()) {
+      if (HasControl(node->get_ref<const std::string&>())) {
+        return JsonError(at.empty() ? "/" : at, "must not hold control characters (a newline, a tab or an escape "
+                                                "sequence would forge lines of the report)", *node);
+      }
+    } else if (node->is_object()) {
+      for (const auto& item : node->items()) {
+        if (HasControl(item.key())) {
+          return Status::Invalid(fmt::format("{}: a key holds a control character: {}", at.empty() ? "/" : at,
+                                             json(item.key()).dump()));
+        }
+        todo.emplace_back(&item.value(), JsonPath(at, item.key()));
+      }
+    } else if (node->is_array()) {
+      for (size_t i = 0; i < node->size(); ++i) todo.emplace_back(&(*node)[i], JsonPath(at, i));
+    }
+  }
+  return Status::Ok();
 }
 
 Status JsonError(const std::string& path, const std::string& expected, const json& found) {

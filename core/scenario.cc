@@ -69,7 +69,15 @@ Status ParseScenario(const json& j, const std::string& source, const std::string
   Scenario s;
   s.source = source.empty() ? "<scenario>" : source;
   s.base_dir = base_dir;
-  Status st = ParseBody(j, &s);
+  // Every string a report may print (the name, layer types, fault names, paths) without control characters; the
+  // description is free text that no report line prints.
+  Status st = Status::Ok();
+  if (j.is_object()) {
+    json names = j;
+    names.erase("description");
+    st = NoControlCharacters(names, "");
+  }
+  if (st.ok()) st = ParseBody(j, &s);
   if (st.ok()) st = LoadScenarioFiles(base_dir, &s);
   if (!st.ok()) return st.Prefixed(s.source);
   DeriveDataSizes(&s);

@@ -205,6 +205,12 @@ TEST(BadRecordedInput, EveryDamagedDumpIndexValueExits2NamingTheFileAndPointer) 
       {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({1, 1})}, {"local", "s0.grad.0.bias.npy"}})})},
       {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({0, 1})}, {"local", "s0.grad.0.bias.npy"}})})},
       {"/steps/0/buckets", json::array({json::object({{"index", 0}, {"params", json::array({1})}, {"local", "s0.indices.npy"}})})},
+      // QA round 16: optimizer settings of another type ended in the json library's text, naming no pointer
+      {"/module_type", "Net\nVERDICT: PASS"},  // would forge a report line (QA round 16)
+      {"/params/0/name", "0.weight\x1b[2J"},
+      {"/optimizer/momentum", "x"},
+      {"/optimizer/nesterov", 3},
+      {"/steps/0/groups", json::array({json::object({{"lr", "x"}})})},
   };
   TempDir dir;
   for (const auto& c : cases) {
@@ -553,6 +559,26 @@ TEST(BadRecordedInput, IndexesThatContradictThemselvesExit2OrSayWhatWasNotChecke
     const testing::CliResult o = testing::RunCli("torch-compare '" + dir.File("c") + "'");
     EXPECT_NE(o.out.find("used dataset row 0, which no rank's recorded dataset holds"), std::string::npos)
         << o.exit_code << o.out << o.err;
+  }
+  {  // a loss or an optimizer the recorder could not describe (null) in an index marked replayable: no replay
+    for (const char* key : {"loss", "optimizer"}) {
+      json ix = WriteDump(dir.File(std::string("e") + key));
+      ix[key] = nullptr;
+      testing::WriteFile(dir.File(std::string("e") + key + "/rank0/index.json"), ix.dump());
+      const testing::CliResult o = testing::RunCli("torch-compare '" + dir.File(std::string("e") + key) + "'");
+      EXPECT_NE(o.out.find(std::string("/") + key + " is null"), std::string::npos) << o.exit_code << o.out << o.err;
+    }
+  }
+  {  // a report path that would overwrite the dump's own index: refused, the index untouched; a new file there is fine
+    WriteDump(dir.File("f"));
+    const std::string before = testing::ReadFile(dir.File("f/rank0/index.json"));
+    ExpectNamed(testing::RunCli("torch-compare -q '" + dir.File("f") + "' --report-json '" + dir.File("f/rank0/index.json") + "'"),
+                2, {"--report-json", "would overwrite a file of the input"});
+    EXPECT_EQ(testing::ReadFile(dir.File("f/rank0/index.json")), before);
+    const testing::CliResult o =
+        testing::RunCli("torch-compare -q '" + dir.File("f") + "' --report-json '" + dir.File("f/report.json") + "'");
+    EXPECT_TRUE(o.exit_code == 0 || o.exit_code == 1) << o.err;  // (a verdict: this hand-written run's own)
+    EXPECT_TRUE(std::filesystem::exists(dir.File("f/report.json")));
   }
   {  // Join rounds that disagree at every step leave no step in common: nothing was checked, never a PASS
     auto [ix0, ix1] = WriteTwoRankDump(dir.File("d"));

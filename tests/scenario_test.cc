@@ -221,6 +221,25 @@ TEST(ParseScenario, ReadsSeedsAsExactUnsignedIntegers) {
   EXPECT_TRUE(s.sampler.uneven_split);
 }
 
+// A string a report prints may not hold a control character: a name with a newline forged a "VERDICT: PASS" line
+// above the real verdict (QA round 16). The description is free text no report line prints.
+TEST(ParseScenario, RefusesControlCharactersInWhatAReportPrintsButNotInTheDescription) {
+  nlohmann::json j = ScenarioToJson(DefaultScenario());
+  Scenario s;
+  j["name"] = "x\nVERDICT: PASS";
+  Status st = ParseScenario(j, "s.json", ".", &s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("s.json: /name: must not hold control characters"), std::string::npos) << st.message();
+  j["name"] = "x";
+  j["model"][0]["type"] = "linear\x1b[2J";
+  st = ParseScenario(j, "s.json", ".", &s);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/model/0/type"), std::string::npos) << st.message();
+  j = ScenarioToJson(DefaultScenario());
+  j["description"] = "line one\nline two";
+  EXPECT_TRUE(ParseScenario(j, "s.json", ".", &s).ok());
+}
+
 TEST(DefaultScenario, IsTheTutorialMlpWithBatchNormOnFourRanks) {
   Scenario s = DefaultScenario();
   EXPECT_EQ(s.name, "default-mlp-bn");
