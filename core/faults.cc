@@ -43,7 +43,8 @@ Scenario OracleScenario(const Scenario& s) {
   o.faults.clear();
   o.sampler.uneven_split = UnevenSplit(s);
   o.global_batch_mean = s.global_batch_mean || ScenarioHasFault(s, "uneven-shard-mean");
-  for (const auto& f : s.faults) {
+  for (size_t k = 0; k < s.faults.size(); ++k) {
+    const auto& f = s.faults[k];
     if (f.name != "unused-param" && f.name != "different-forward-path") continue;
     int layer = -1;  // the last Linear with in == out, as ScenarioForRank picks it
     for (size_t i = 0; i < s.model.size(); ++i) {
@@ -139,11 +140,12 @@ Status ScenarioForRank(const Scenario& s, int rank, Scenario* out) {
   *out = s;
   if (ScenarioHasFault(s, "syncbn-unequal-counts") &&
       std::none_of(s.model.begin(), s.model.end(), [](const LayerSpec& l) { return l.type == "syncbatchnorm1d"; })) {
-    return Status::Invalid("fault syncbn-unequal-counts needs a syncbatchnorm1d layer in the model (it corrupts "
+    return Status::Invalid("/faults: fault syncbn-unequal-counts needs a syncbatchnorm1d layer in the model (it corrupts "
                            "SyncBatchNorm's merge of the ranks' statistics); this scenario has none: turn a "
                            "batchnorm1d into {\"type\": \"syncbatchnorm1d\", ...}, or drop the fault");
   }
-  for (const auto& f : s.faults) {
+  for (size_t k = 0; k < s.faults.size(); ++k) {
+    const auto& f = s.faults[k];
     if (f.name != "unused-param" && f.name != "different-forward-path") continue;
     const int target = ResolvedRank(f, s.world);
     if (f.name == "unused-param" && target >= 0 && target != rank) continue;
@@ -155,8 +157,9 @@ Status ScenarioForRank(const Scenario& s, int rank, Scenario* out) {
       if (l.type == "linear" && l.in_features == l.out_features) layer = static_cast<int>(i);
     }
     if (layer < 0) {
-      return Status::Invalid("fault " + f.name + " needs a Linear layer with in == out in the model (it is skipped "
-                             "as a branch not taken); this scenario has none");
+      return Status::Invalid("/faults/" + std::to_string(k) + ": fault " + f.name + " needs a Linear layer with in == "
+                             "out in the model (it is skipped as a branch not taken); this scenario has none: add "
+                             "one, or drop the fault");
     }
     auto& spec = out->model[static_cast<size_t>(layer)];
     spec.unused = true;

@@ -96,9 +96,13 @@ Status WriteStringToFile(const std::string& path, const std::string& text) {
     }
     done += static_cast<size_t>(n);
   }
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   if (::close(fd) != 0 && err == 0) err = errno;  // NFS and others report a full disk at close
   if (err != 0) {
-    ::unlink(path.c_str());  // a truncated report would read as a whole one
+    // A truncated report would read as a whole one: removed, if it is a file. Never a device or a FIFO (QA round
+    // 16: a report to /dev/full, run as root, unlinked /dev/full itself).
+    if (regular) ::unlink(path.c_str());
     return Status::Io(IoErrorText(err, "writing", path));
   }
   return Status::Ok();

@@ -83,7 +83,7 @@ core::Status EnsureOpenFilesForMesh(int world) {
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return core::Status::Ok();
   }
   return core::Status::Invalid(fmt::format(
-      "--world {} with --comm gloo: the ranks' full mesh of Gloo connections needs about {} open files, over this "
+      "{} ranks over Gloo (--comm gloo, the default): the ranks' full mesh of Gloo connections needs about {} open files, over this "
       "process's limit of {} (ulimit -n; hard limit {}): raise it (ulimit -n {}), run fewer ranks, or use --comm "
       "local (in-memory collectives)", world, need, lim.rlim_cur,
       lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max), need));

@@ -172,7 +172,7 @@ TEST(Harness, AGlooWorldOverTheOpenFileLimitIsRefusedUpFrontAndASoftLimitIsRaise
   ASSERT_TRUE(WIFEXITED(refused));
   EXPECT_EQ(WEXITSTATUS(refused), 2) << testing::ReadFile(dir.File("err"));
   const std::string err = testing::ReadFile(dir.File("err"));
-  EXPECT_NE(err.find("--world 16 with --comm gloo"), std::string::npos) << err;
+  EXPECT_NE(err.find("16 ranks over Gloo (--comm gloo"), std::string::npos) << err;
   EXPECT_NE(err.find("--comm local"), std::string::npos) << err;
   const int raised = std::system(("ulimit -Sn 200 && ulimit -Hn 4096 && " + bin + " run --world 16 --steps 1 "
                                   "--comm gloo -q > " + dir.File("out2") + " 2> " + dir.File("err2")).c_str());

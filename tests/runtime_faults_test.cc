@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -489,6 +490,20 @@ TEST(DiskFull, TheReportWriteNamesTheFullDiskAndLeavesNoPartialFile) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_THAT(r.err, HasSubstr("disk full writing report.json"));
   EXPECT_FALSE(std::filesystem::exists(disk.path() + "/report.json"));
+}
+
+// A report to a device that refuses it (/dev/full: ENOSPC) exits 2 naming it, and the device is left alone: the
+// partial-file cleanup removed only what it wrote, never the path itself (QA round 16: run as root it unlinked
+// /dev/full, and later writes there made a regular file).
+TEST(DiskFull, AReportToDevFullExits2AndLeavesTheDeviceInPlace) {
+  struct stat before {};
+  if (::stat("/dev/full", &before) != 0 || !S_ISCHR(before.st_mode)) GTEST_SKIP() << "no /dev/full device here";
+  const auto r = testing::RunCli("run --world 2 --steps 2 -q --report-json /dev/full");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/dev/full"));
+  struct stat after {};
+  ASSERT_EQ(::stat("/dev/full", &after), 0);
+  EXPECT_TRUE(S_ISCHR(after.st_mode)) << "/dev/full is no longer a device";
 }
 
 TEST(DiskFull, DumpTraceNamesTheFlagAndTheFullDisk) {
