@@ -66,8 +66,21 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
     size_t at = what.find("at line ");
     if (at != std::string::npos) return Status::Invalid(name + ": JSON syntax error at " + what.substr(at + 3));
     size_t close = what.find("] ");
-    return Status::Invalid(name + ": JSON error: " + (close == std::string::npos ? what : what.substr(close + 2)) +
-                           " (numbers must fit a double)");
+    // Where: the token the message quotes ("number overflow parsing '1e400'"), first found in the text (QA round
+    // 16: the message named no line).
+    std::string where;
+    const size_t q0 = what.find('\''), q1 = q0 == std::string::npos ? q0 : what.find('\'', q0 + 1);
+    if (q1 != std::string::npos && q1 > q0 + 1) {
+      const size_t pos = text.find(what.substr(q0 + 1, q1 - q0 - 1));
+      if (pos != std::string::npos) {
+        const size_t ln = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+        const size_t bol = text.rfind('\n', pos == 0 ? 0 : pos - 1);
+        const size_t col = pos - (bol == std::string::npos || pos == 0 ? 0 : bol + 1) + 1;
+        where = " at line " + std::to_string(ln) + ", column " + std::to_string(col);
+      }
+    }
+    return Status::Invalid(name + ": JSON error" + where + ": " +
+                           (close == std::string::npos ? what : what.substr(close + 2)) + " (numbers must fit a double)");
   }
   return Status::Ok();
 }

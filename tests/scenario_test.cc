@@ -495,6 +495,17 @@ TEST(LoadScenario, ReportsJsonSyntaxErrorsWithLineAndColumn) {
       << st.message();
 }
 
+// A number beyond a double names where it is (QA round 16: "number overflow parsing '1e400'" named no line).
+TEST(LoadScenario, ReportsANumberBeyondADoubleWithLineAndColumn) {
+  TempDir dir;
+  WriteFile(dir.File("s.json"), "{\n  \"world\": 4,\n  \"epochs\": 1e400\n}\n");
+  Scenario s;
+  Status st = LoadScenario(dir.File("s.json"), &s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind(dir.File("s.json") + ": JSON error at line 3, column 13: number overflow", 0), 0u)
+      << st.message();
+}
+
 TEST(LoadScenario, ReportsAMissingScenarioFileAsNotFound) {
   Scenario s;
   Status st = LoadScenario("/nonexistent/s.json", &s);
