@@ -323,6 +323,13 @@ Status ReadRecord(const nlohmann::json& r, const Trace::NpyLoader& load, const s
       return Status::Invalid(o.PathOf("file") + ": " + file + " has shape " + ShapeString(loaded.shape) +
                              ", the record says " + ShapeString(value->shape));
     }
+    // The file holds the record's dtype (bfloat16 is written as float32; QA round 16: a float64 file under a
+    // float32 record was read as float32 values)
+    const bool widened = value->dtype == DType::kBFloat16 && loaded.dtype == DType::kFloat32;
+    if (loaded.dtype != value->dtype && !widened) {
+      return Status::Invalid(o.PathOf("file") + ": " + file + " holds " + DTypeName(loaded.dtype) +
+                             " values, the record says " + DTypeName(value->dtype) + " (an edited trace? write it again)");
+    }
     value->data = std::move(loaded.data);
     return Status::Ok();
   }
@@ -368,6 +375,10 @@ Status CheckMeta(const nlohmann::json& meta, const std::string& where) {
   for (const char* k : {"precision", "scenario", "backend"}) {
     if (has(k) && !meta.at(k).is_string()) return JsonError(JsonPath(where, k), "must be a string", meta.at(k));
   }
+  DType precision;
+  if (has("precision") && !ParseDType(meta.at("precision").get<std::string>(), &precision)) {
+    return JsonError(where + "/precision", "must be a dtype ddpcheck knows (float64, float32, ...)", meta.at("precision"));
+  }
   int64_t v = 0;
   if (has("world")) DDPCHECK_RETURN_IF_ERROR(IndexInt(meta.at("world"), where + "/world", 1, kMaxWorld, &v));
   if (has("reduction_length")) {
@@ -399,7 +410,12 @@ Status Trace::Read(const std::string& dir, Trace* out) {
     const int64_t world = out->meta.at("world").get<int64_t>();
     std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(world, 0)), false);
     for (const auto& [key, v] : out->records()) {
-      if (key.rank >= 0 && key.rank < world) seen[static_cast<size_t>(key.rank)] = true;
+      if (key.rank >= world) {  // (QA round 16: a rank-99 record in a world of 4 was "rank 4 missing", exit 1)
+        return Status::Invalid(fmt::format("{}: /records: a record of rank {} (step {}, {}, tensor {}), though "
+                                           "/meta/world is {}: an edited trace? write it again",
+                                           path, key.rank, key.step, CheckpointName(key.checkpoint), key.tensor, world));
+      }
+      if (key.rank >= 0) seen[static_cast<size_t>(key.rank)] = true;
     }
     for (int64_t r = 0; r < world; ++r) {
       if (!seen[static_cast<size_t>(r)]) {
@@ -445,6 +461,11 @@ Status Trace::FromIndex(const nlohmann::json& index, const std::string& path, co
     TraceKey key;
     Tensor value;
     DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], load, JsonPath("/records", i), &key, &value).Prefixed(path));
+    if (t.Find(key)) {  // (the writer writes each key once: a second one would silently replace the first)
+      return Status::Invalid(fmt::format("{}: {}: a second record of step {}, {}, tensor {}, rank {}", path,
+                                         JsonPath("/records", i), key.step, CheckpointName(key.checkpoint), key.tensor,
+                                         key.rank));
+    }
     t.Add(key, std::move(value));
   }
   for (size_t i = 0; i < events.size(); ++i) {

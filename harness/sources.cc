@@ -91,6 +91,14 @@ core::Status Produce(const Source& src, const core::Scenario* s, const CheckOpti
     case SourceKind::kStoredTrace:
       out->name = src.path;
       DDPCHECK_RETURN_IF_ERROR(core::Trace::Read(src.path, &out->trace));
+      // What frames the comparison: a trace written by --dump-trace records both (QA round 16: one without was
+      // read as W=1, float64, and passed).
+      for (const char* k : {"world", "precision"}) {
+        if (!out->trace.meta.contains(k)) {
+          return core::Status::Invalid(src.path + "/index.json: /meta/" + k + ": missing; a trace written by "
+                                       "--dump-trace records its world and precision (write it again)");
+        }
+      }
       // NaN/inf recorded: a finding (exit 1), never a PASS (NaN against the same NaN would compare equal).
       DDPCHECK_RETURN_IF_ERROR(core::CheckFinite(out->trace, src.path));
       out->scenario = ScenarioFromMeta(out->trace);

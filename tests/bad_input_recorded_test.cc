@@ -718,9 +718,42 @@ TEST(BadRecordedInput, EveryDamagedTraceIndexValueExits2NamingTheFileAndPointer)
       {"/meta/world", "4"},
       {"/meta/exact", 1},
       {"/version", "1"},
+      {"/meta/precision", "fp8"},  // QA round 16: accepted
+      {"/meta/world", 1},          // rank 1's records in a world of 1 (a record of rank 99 was "rank 4 missing")
   };
   TempDir dir;
   const std::string trace = WriteTrace(dir);
+  {  // no /meta/world (it was read as W=1, float64), a record twice, a file of another dtype than its record's
+    json ix = json::parse(testing::ReadFile(trace + "/index.json"));
+    const json keep = ix;
+    ix["meta"].erase("world");
+    testing::WriteFile(trace + "/index.json", ix.dump());
+    ExpectNamed(testing::RunCli("diff -q '" + trace + "' '" + trace + "'"), 2, {"index.json", "/meta/world"});
+    ix = keep;
+    ix["records"].push_back(ix["records"][0]);
+    testing::WriteFile(trace + "/index.json", ix.dump());
+    ExpectNamed(testing::RunCli("diff -q '" + trace + "' '" + trace + "'"), 2, {"index.json", "a second record"});
+    testing::WriteFile(trace + "/index.json", keep.dump());
+  }
+  {  // a .npy of another dtype than its record's (a record of more than kInlineMax values is a file)
+    testing::WriteFile(dir.File("big.json"), R"({"model": [{"type": "linear", "in": 16, "out": 8}],
+        "data": {"kind": "regression", "samples": 8}, "world": 2, "batch_size": 2, "steps": 1, "precision": "fp32"})");
+    ASSERT_EQ(testing::RunCli("run '" + dir.File("big.json") + "' --comm local -q --dump-trace '" + dir.File("big") + "'")
+                  .exit_code, 0);
+    json ix = json::parse(testing::ReadFile(dir.File("big/index.json")));
+    bool edited = false;
+    for (auto& r : ix["records"]) {
+      if (r.contains("file") && r["dtype"] == "float32") {
+        r["dtype"] = "float64";
+        edited = true;
+        break;
+      }
+    }
+    ASSERT_TRUE(edited);
+    testing::WriteFile(dir.File("big/index.json"), ix.dump());
+    ExpectNamed(testing::RunCli("diff -q '" + dir.File("big") + "' '" + dir.File("big") + "'"), 2,
+                {"index.json", "the record says float64"});
+  }
   const json good = json::parse(testing::ReadFile(trace + "/index.json"));
   for (const auto& c : cases) {
     SCOPED_TRACE(c.pointer + " = " + c.value.dump());
