@@ -84,6 +84,33 @@ int FreePort() {
 int Run(const LaunchArgs& a) {
   if (a.command.empty())
     return Fail("launch", core::Status::Invalid("no command: ddpcheck launch --nproc W -- ddpcheck run ..."));
+  // A program that cannot run is one line before any rank starts (QA round 16: each rank printed "cannot run",
+  // then the launcher one line per rank, exit 127). `ddpcheck` is this binary; a name without '/' is looked up in
+  // PATH as execvp does.
+  if (a.command[0] != "ddpcheck") {
+    const std::string& prog = a.command[0];
+    bool found = false;
+    if (prog.find('/') != std::string::npos) {
+      found = ::access(prog.c_str(), X_OK) == 0 && !std::filesystem::is_directory(prog);
+    } else {
+      const char* path = std::getenv("PATH");
+      std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+      for (size_t b = 0; !found && b <= dirs.size();) {
+        size_t e = dirs.find(':', b);
+        if (e == std::string::npos) e = dirs.size();
+        const std::string dir = e > b ? dirs.substr(b, e - b) : ".";
+        const std::string cand = dir + "/" + prog;
+        found = ::access(cand.c_str(), X_OK) == 0 && !std::filesystem::is_directory(cand);
+        b = e + 1;
+      }
+    }
+    if (!found) {
+      return Fail("launch", core::Status::Invalid(prog + ": no such program, or not executable" +
+                                                  (prog.find('/') == std::string::npos ? std::string(" (looked in PATH)")
+                                                                                      : std::string()) +
+                                                  ": the command after -- runs on every rank"));
+    }
+  }
   if (a.node_rank < 0 || a.node_rank >= a.nnodes) {
     return Fail("launch", core::Status::Invalid("--node-rank " + std::to_string(a.node_rank) + " is not in [0, " +
                                                 std::to_string(a.nnodes) + ")"));

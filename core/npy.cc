@@ -164,6 +164,11 @@ Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) 
     return Status::Io(name + ": truncated: header says shape " + ShapeString(h.shape) + " " + type->numpy_name + " = " +
                       std::to_string(need) + " bytes of data, file has " + std::to_string(have));
   }
+  if (have > static_cast<size_t>(need)) {  // (QA round 16: 1 GiB appended after the data was read and accepted)
+    return Status::Invalid(name + ": " + std::to_string(have - static_cast<size_t>(need)) + " bytes after the data (its "
+                           "header says shape " + ShapeString(h.shape) + " " + type->numpy_name + " = " +
+                           std::to_string(need) + " bytes): not one array as np.save writes it; save it again");
+  }
   Tensor t(type->dtype, h.shape, {});
   int64_t numel = NumelOf(h.shape);
   t.data.resize(static_cast<size_t>(numel));

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <string>
@@ -110,6 +111,18 @@ TEST(TraceShard, PackThenUnpackGivesTheSameRecordsBitwise) {
   EXPECT_EQ(back.events()[0].message, "rank 2 missing");
   blob.resize(blob.size() - 3);
   EXPECT_FALSE(UnpackTrace(blob, &back).ok());
+}
+
+// A command that cannot run is one line, exit 2, before any rank starts (QA round 16: a line per rank, then one per
+// rank's exit 127).
+TEST(Launch, AProgramThatCannotRunIsOneLineBeforeAnyRankStarts) {
+  for (const std::string prog : {"/nonexistent/prog", "no-such-program-ddpcheck-test", "/tmp"}) {
+    SCOPED_TRACE(prog);
+    const auto r = RunCli("launch --nproc 2 -- " + prog);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(prog + ": no such program, or not executable"), std::string::npos) << r.err;
+  }
 }
 
 TEST(Launch, SixProcessesOverAFileStoreGiveTheThreadsTraceBitwise) {

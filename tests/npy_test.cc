@@ -140,6 +140,17 @@ TEST(ReadNpy, ReportsTruncatedDataWithExpectedAndActualBytes) {
                               ": truncated: header says shape (64, 8) float32 = 2048 bytes of data, file has 1000");
 }
 
+// Bytes after the data the header promises: not one array as np.save writes it (QA round 16: 1 GiB appended
+// after a dump's tensor was read and accepted).
+TEST(ReadNpy, RefusesBytesAfterTheData) {
+  TempDir dir;
+  WriteFile(dir.File("x.npy"), ReadFile(Fixture("v1_f4.npy")) + "xyz");
+  Tensor t;
+  Status st = ReadNpy(dir.File("x.npy"), &t);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("x.npy: 3 bytes after the data"), std::string::npos) << st.message();
+}
+
 TEST(ReadNpy, ReportsAMissingFileAsNotFound) {
   Tensor t;
   Status st = ReadNpy("/nonexistent/x.npy", &t);
