@@ -140,7 +140,14 @@ Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
       return Status::Invalid(fmt::format("{}: tensor '{}': another rank's tensor must be an archive entry "
                                          "(../rank<k>/ARCHIVE.npz/ENTRY.npy)", dir_, name));
     }
-    return ReadNpy(dir_ + "/" + name, out);  // a .npy file of its own (the per-tensor layout)
+    // A .npy file of its own (the per-tensor layout): a name inside this rank's folder (QA round 16: "/dev/zero",
+    // "." and "" were read as paths, "rank0//dev/zero: no such file").
+    if (name.empty() || name.starts_with("/") || name.find("..") != std::string::npos || name.find('/') != std::string::npos ||
+        name.size() <= 4 || name.compare(name.size() - 4, 4, ".npy") != 0) {
+      return Status::Invalid(fmt::format("{}: tensor '{}': must name a .npy file in this rank's folder (FILE.npy) or "
+                                         "an archive entry (ARCHIVE.npz/ENTRY.npy)", dir_, name));
+    }
+    return ReadNpy(dir_ + "/" + name, out);
   }
   const std::string entry = local.substr(slash + 1), path = dir + "/" + archive;
   const std::string where = path + ": entry '" + entry + "'";

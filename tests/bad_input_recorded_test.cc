@@ -569,6 +569,17 @@ TEST(BadRecordedInput, IndexesThatContradictThemselvesExit2OrSayWhatWasNotChecke
       EXPECT_NE(o.out.find(std::string("/") + key + " is null"), std::string::npos) << o.exit_code << o.out << o.err;
     }
   }
+  {  // a tensor named by an absolute path, a folder or nothing: not a file of the rank's folder
+    for (const std::string ref : {"/dev/zero", ".", "", "../../etc/passwd"}) {
+      SCOPED_TRACE(ref);
+      json ix = WriteDump(dir.File("g"));
+      ix["init"]["0.weight"] = ref;
+      testing::WriteFile(dir.File("g/rank0/index.json"), ix.dump());
+      const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.File("g") + "'");
+      EXPECT_EQ(o.exit_code, 2) << o.err;
+      EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    }
+  }
   {  // a report path that would overwrite the dump's own index: refused, the index untouched; a new file there is fine
     WriteDump(dir.File("f"));
     const std::string before = testing::ReadFile(dir.File("f/rank0/index.json"));
