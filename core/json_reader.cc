@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -57,8 +58,23 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
                            std::to_string(line) + ", column " + std::to_string(column) + "; ddpcheck accepts at most " +
                            std::to_string(kMaxJsonDepth) + " levels of arrays and objects");
   }
+  // A key twice in one object: the parser keeps the last silently, so an edited file could hide a value (QA round
+  // 16: a dump index with "steps" twice passed on the second). Named, with the object's pointer-less key.
+  std::vector<std::set<std::string>> keys;
+  std::string twice;
+  const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty() && twice.empty() && parsed.is_string() &&
+               !keys.back().insert(parsed.get_ref<const std::string&>()).second) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    *out = json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+    *out = json::parse(text, cb, /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const json::exception& e) {
     // parse_error: "[json.exception.parse_error.101] parse error at line 3, column 14: syntax error ...";
     // out_of_range (a number beyond a double, 1e400): "[json.exception.out_of_range.406] number overflow ...".
@@ -81,6 +97,10 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
     }
     return Status::Invalid(name + ": JSON error" + where + ": " +
                            (close == std::string::npos ? what : what.substr(close + 2)) + " (numbers must fit a double)");
+  }
+  if (!twice.empty()) {
+    return Status::Invalid(name + ": an object holds the key " + json(twice).dump() + " twice (JSON keeps only the "
+                           "last): an edited file? keep one");
   }
   return Status::Ok();
 }

@@ -506,6 +506,17 @@ TEST(LoadScenario, ReportsANumberBeyondADoubleWithLineAndColumn) {
       << st.message();
 }
 
+// A key twice in one object is refused naming it: JSON keeps only the last, so an edit could hide a value.
+TEST(LoadScenario, RefusesAKeyTwiceInOneObject) {
+  TempDir dir;
+  WriteFile(dir.File("s.json"), "{\"world\": 4, \"data\": {\"samples\": 8, \"samples\": 16}}");
+  Scenario s;
+  Status st = LoadScenario(dir.File("s.json"), &s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(st.message(), dir.File("s.json") + ": an object holds the key \"samples\" twice (JSON keeps only the "
+                                               "last): an edited file? keep one");
+}
+
 TEST(LoadScenario, ReportsAMissingScenarioFileAsNotFound) {
   Scenario s;
   Status st = LoadScenario("/nonexistent/s.json", &s);
