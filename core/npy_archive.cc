@@ -3,6 +3,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/file.h"
 #include "core/npy.h"
@@ -118,6 +119,13 @@ Status ParseStoredZip(const std::string& b, std::map<std::string, ZipEntry>* out
 }
 
 Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
+  // (QA round 16: a NUL inside a name cut it short, and "s0.npz\0x.npy" was read as the archive itself)
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f) {
+      return Status::Invalid(fmt::format("{}: tensor {}: a file name with a control character", dir_,
+                                         nlohmann::json(name).dump()));
+    }
+  }
   // "../rank<k>/ARCHIVE.npz/ENTRY.npy" (format version 3, checked by ReadTorchDump): rank k's archive entry.
   std::string dir = dir_, local = name;
   if (name.starts_with("../")) {

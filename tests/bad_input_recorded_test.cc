@@ -570,7 +570,8 @@ TEST(BadRecordedInput, IndexesThatContradictThemselvesExit2OrSayWhatWasNotChecke
     }
   }
   {  // a tensor named by an absolute path, a folder or nothing: not a file of the rank's folder
-    for (const std::string ref : {"/dev/zero", ".", "", "../../etc/passwd"}) {
+    for (const std::string& ref : std::vector<std::string>{"/dev/zero", ".", "", "../../etc/passwd",
+                                                            std::string("a.npy\0b.npy", 11)}) {
       SCOPED_TRACE(ref);
       json ix = WriteDump(dir.File("g"));
       ix["init"]["0.weight"] = ref;
