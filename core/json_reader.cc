@@ -129,38 +129,36 @@ std::string DescribeJson(const json& v) {
   return s;
 }
 
-namespace {
-
-bool HasControl(const std::string& text) {
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) return true;
-  }
-  return false;
+bool HasControlCharacters(const std::string& text) {
+  return std::any_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
 }
 
-}  // namespace
-
-Status NoControlCharacters(const json& v, const std::string& path) {
-  // Depth first with an explicit stack: a hostile document nests deeper than the call stack would go.
+Status NoControlCharacters(const json& v, const std::string& path, const std::string& free_text) {
+  // Depth first with an explicit stack: a hostile document nests deeper than the call stack would go. Only strings
+  // and containers are visited (a scenario's inline data is millions of numbers).
   std::vector<std::pair<const json*, std::string>> todo{{&v, path}};
+  const auto visit = [&](const json& child, std::string at) {
+    if (child.is_string() || child.is_structured()) todo.emplace_back(&child, std::move(at));
+  };
   while (!todo.empty()) {
     auto [node, at] = todo.back();
     todo.pop_back();
     if (node->is_string()) {
-      if (HasControl(node->get_ref<const std::string&>())) {
+      if (HasControlCharacters(node->get_ref<const std::string&>())) {
         return JsonError(at.empty() ? "/" : at, "must not hold control characters (a newline, a tab or an escape "
                                                 "sequence would forge lines of the report)", *node);
       }
     } else if (node->is_object()) {
       for (const auto& item : node->items()) {
-        if (HasControl(item.key())) {
+        if (HasControlCharacters(item.key())) {
           return Status::Invalid(fmt::format("{}: a key holds a control character: {}", at.empty() ? "/" : at,
                                              json(item.key()).dump()));
         }
-        todo.emplace_back(&item.value(), JsonPath(at, item.key()));
+        if (node == &v && !free_text.empty() && item.key() == free_text) continue;
+        visit(item.value(), JsonPath(at, item.key()));
       }
     } else if (node->is_array()) {
-      for (size_t i = 0; i < node->size(); ++i) todo.emplace_back(&(*node)[i], JsonPath(at, i));
+      for (size_t i = 0; i < node->size(); ++i) visit((*node)[i], JsonPath(at, i));
     }
   }
   return Status::Ok();

@@ -33,10 +33,13 @@ std::string JsonPath(const std::string& path, size_t index);
 std::string DescribeJson(const nlohmann::json& v);
 // InvalidArgument "<path>: <expected>, got <found>".
 Status JsonError(const std::string& path, const std::string& expected, const nlohmann::json& found);
+// Whether `text` holds a control character (U+0000-U+001F, U+007F).
+bool HasControlCharacters(const std::string& text);
 // InvalidArgument naming the first string or key of `v` (depth first, under `path`) that holds a control
-// character (U+0000-U+001F, U+007F): a name with a newline or an escape sequence forges lines of the report (QA
-// round 16: a scenario named "x\nVERDICT: PASS ..." printed a PASS line above its FAIL).
-Status NoControlCharacters(const nlohmann::json& v, const std::string& path);
+// character: a name with a newline or an escape sequence forges lines of the report (QA round 16: a scenario named
+// "x\nVERDICT: PASS ..." printed a PASS line above its FAIL). `free_text`: a key of `v` itself whose value is
+// free text no report line prints (a scenario's description), not looked at.
+Status NoControlCharacters(const nlohmann::json& v, const std::string& path, const std::string& free_text = "");
 
 // Reads one value at `path`. Integers: JSON integers, or floats with an integral value of magnitude <= 2^53.
 Status ReadInt64(const nlohmann::json& v, const std::string& path, int64_t* out);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
+#include "core/json_reader.h"
 #include "core/npy.h"
 
 namespace ddpcheck::core {
@@ -120,11 +121,9 @@ Status ParseStoredZip(const std::string& b, std::map<std::string, ZipEntry>* out
 
 Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
   // (QA round 16: a NUL inside a name cut it short, and "s0.npz\0x.npy" was read as the archive itself)
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f) {
-      return Status::Invalid(fmt::format("{}: tensor {}: a file name with a control character", dir_,
-                                         nlohmann::json(name).dump()));
-    }
+  if (HasControlCharacters(name)) {
+    return Status::Invalid(fmt::format("{}: tensor {}: a file name with a control character", dir_,
+                                       nlohmann::json(name).dump()));
   }
   // "../rank<k>/ARCHIVE.npz/ENTRY.npy" (format version 3, checked by ReadTorchDump): rank k's archive entry.
   std::string dir = dir_, local = name;
@@ -150,8 +149,8 @@ Status DumpTensorFiles::Read(const std::string& name, Tensor* out) {
     }
     // A .npy file of its own (the per-tensor layout): a name inside this rank's folder (QA round 16: "/dev/zero",
     // "." and "" were read as paths, "rank0//dev/zero: no such file").
-    if (name.empty() || name.starts_with("/") || name.find("..") != std::string::npos || name.find('/') != std::string::npos ||
-        name.size() <= 4 || name.compare(name.size() - 4, 4, ".npy") != 0) {
+    if (name.find('/') != std::string::npos || name.find("..") != std::string::npos || name.size() <= 4 ||
+        !name.ends_with(".npy")) {
       return Status::Invalid(fmt::format("{}: tensor '{}': must name a .npy file in this rank's folder (FILE.npy) or "
                                          "an archive entry (ARCHIVE.npz/ENTRY.npy)", dir_, name));
     }

@@ -71,12 +71,7 @@ Status ParseScenario(const json& j, const std::string& source, const std::string
   s.base_dir = base_dir;
   // Every string a report may print (the name, layer types, fault names, paths) without control characters; the
   // description is free text that no report line prints.
-  Status st = Status::Ok();
-  if (j.is_object()) {
-    json names = j;
-    names.erase("description");
-    st = NoControlCharacters(names, "");
-  }
+  Status st = NoControlCharacters(j, "", "description");
   if (st.ok()) st = ParseBody(j, &s);
   if (st.ok()) st = LoadScenarioFiles(base_dir, &s);
   if (!st.ok()) return st.Prefixed(s.source);
