@@ -372,23 +372,36 @@ void CompareResult::Merge(const CompareResult& other) {
   std::sort(mismatches.begin(), mismatches.end(), [](const Mismatch& a, const Mismatch& b) { return a.key < b.key; });
 }
 
-std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want, std::map<const Tensor*, double>* own,
+std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& want, std::map<const RecordValue*, double>* own,
                                                                  const std::set<std::pair<int64_t, Checkpoint>>* only) {
   // Each distinct value once: the ranks' records of a value they share (Trace::Add) are one tensor.
   struct Scale {
     double finite = 0, all = 0;
   };
-  std::map<const Tensor*, size_t> index;
-  std::vector<const Tensor*> distinct;
+  std::map<const RecordValue*, size_t> index;
+  std::vector<const RecordValue*> distinct;
   auto wanted = [&](const TraceKey& key) { return !only || only->count({key.step, key.checkpoint}) > 0; };
   for (const auto& [key, value] : want.records()) {
-    if (wanted(key) && index.emplace(value.get(), distinct.size()).second) distinct.push_back(value.get());
+    const RecordValue* v = value.ptr().get();
+    if (wanted(key) && index.emplace(v, distinct.size()).second) distinct.push_back(v);
   }
   std::vector<Scale> scales(distinct.size());
   ParallelFor(static_cast<int64_t>(distinct.size()), [&](int64_t i) {
     // Eight lanes of maxima (core/lanes.h), the last group zero-padded; each ignores a NaN as std::max(m, NaN)
     // does.
-    const std::vector<double>& data = distinct[static_cast<size_t>(i)]->data;
+    Scale& sc = scales[static_cast<size_t>(i)];
+    if (const float* f = distinct[static_cast<size_t>(i)]->floats()) {  // held as floats: read as held
+      float finite = 0, all = 0;
+      for (int64_t k = 0, n = distinct[static_cast<size_t>(i)]->numel(); k < n; ++k) {
+        const float a = std::fabs(f[k]);
+        if (a <= std::numeric_limits<float>::max()) finite = std::max(finite, a);  // NaN: false
+        all = std::max(all, a);  // ignores a NaN, as below
+      }
+      sc.finite = finite;
+      sc.all = all;
+      return;
+    }
+    const std::vector<double>& data = distinct[static_cast<size_t>(i)]->tensor().data;
     const lanes::V8d largest = lanes::Splat(std::numeric_limits<double>::max());
     lanes::V8d finite = {}, all = {};
     for (size_t k = 0; k < data.size(); k += 8) {
@@ -396,17 +409,16 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
       finite = lanes::Select(a <= largest, lanes::Max(finite, a), finite);  // NaN: false
       all = lanes::Max(all, a);
     }
-    Scale& sc = scales[static_cast<size_t>(i)];
     sc.finite = lanes::MaxOf(finite, 0.0);
     sc.all = lanes::MaxOf(all, 0.0);
   });
   std::map<std::pair<int64_t, Checkpoint>, double> at;
   for (const auto& [key, value] : want.records()) {
     if (!wanted(key)) continue;
-    const Scale& sc = scales[index[value.get()]];
+    const Scale& sc = scales[index[value.ptr().get()]];
     double& m = at[{key.step, key.checkpoint}];
     m = std::max(m, sc.finite);
-    if (own) (*own)[value.get()] = sc.all;
+    if (own) (*own)[value.ptr().get()] = sc.all;
   }
   return at;
 }
@@ -426,7 +438,7 @@ CompareResult CheckRankInvariants(const Trace& trace) {
   CompareResult result;
   // Group records by (step, checkpoint, tensor) and compare each rank with the value most ranks hold (the lowest
   // rank's on a tie): when one rank differs from the others it is that rank that is named, rank 0 included.
-  std::vector<std::pair<TraceKey, const Tensor*>> group;
+  std::vector<std::pair<TraceKey, const RecordValue*>> group;  // as held: shared values are never widened
   auto flush = [&] {
     if (group.size() < 2) {
       group.clear();
@@ -445,7 +457,7 @@ CompareResult CheckRankInvariants(const Trace& trace) {
         st.compared++;
         continue;
       }
-      auto m = CompareTensor(*value, *base_value, /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
+      auto m = CompareTensor(value->tensor(), base_value->tensor(), /*exact=*/true, [](double) { return 0.0; }, &st, nullptr);
       if (m) {
         m->key = key;
         m->kind = "rank-divergent";
@@ -469,7 +481,7 @@ CompareResult CheckRankInvariants(const Trace& trace) {
       const TraceKey& g = group.front().first;
       if (g.step != key.step || g.checkpoint != key.checkpoint || g.tensor != key.tensor) flush();
     }
-    group.emplace_back(key, value.get());
+    group.emplace_back(key, value.ptr().get());
   }
   flush();
   return result;
@@ -483,8 +495,8 @@ bool BitwiseAgrees(const Trace& got, const Trace& want, std::string* why) {
   bool any = false;
   for (const auto& [key, value] : got.records()) {
     if (key.checkpoint == Checkpoint::kBucket) continue;
-    const Tensor* w = want.FindOrAllRanks(key);
-    if (!w || !BitwiseEqual(value, *w)) {
+    const RecordValue* w = want.FindValueOrAllRanks(key);
+    if (!w || !BitwiseEqual(value.value(), *w)) {
       if (why) *why = key.ToString() + (w ? ": differs" : ": no value in the other trace");
       return false;
     }
@@ -513,7 +525,8 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   // ranks share) instead of a pass of arithmetic. The distinct comparisons run on every core.
   struct Compared {
     TraceKey key;
-    const Tensor *got, *want, *bound;
+    const RecordValue *got, *want;  // as held: a value both traces share is never widened
+    const Tensor* bound;
     size_t computed;  // the comparison whose result this one is (itself unless a repeat)
     CheckpointStats stats;
     std::optional<Mismatch> m;
@@ -527,17 +540,17 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
   for (auto it = got.records().lower_bound(from); it != got.records().end() && it->first.step <= range.last_step; ++it) {
     const auto& [key, value] = *it;
     if (key.checkpoint == Checkpoint::kBucket) continue;  // layouts are checked across ranks, not vs reference
-    const Tensor* w = want.FindOrAllRanks(key);
+    const RecordValue* w = want.FindValueOrAllRanks(key);
     if (!w) continue;
     const Tensor* bound = bounds.FindOrAllRanks(key);
     const Compared* last = jobs.empty() ? nullptr : &jobs[jobs[jobs.size() - 1].computed];
     const bool repeat = last && last->key.step == key.step && last->key.checkpoint == key.checkpoint &&
                         last->key.tensor == key.tensor && last->want == w && last->bound == bound &&
-                        BitwiseEqual(*last->got, value);
-    jobs.push_back(Compared{key, value.get(), w, bound, repeat ? jobs.back().computed : jobs.size(), {}, {}, 0.0});
+                        BitwiseEqual(*last->got, value.value());
+    jobs.push_back(Compared{key, value.ptr().get(), w, bound, repeat ? jobs.back().computed : jobs.size(), {}, {}, 0.0});
   }
   auto exact_for = [&](const Compared& c) {
-    return policy.exact || !IsFloating(c.want->dtype) || IsExactCheckpoint(c.key.checkpoint);
+    return policy.exact || !IsFloating(c.want->dtype()) || IsExactCheckpoint(c.key.checkpoint);
   };
   // The budget scales with the largest reference magnitude at each (step, checkpoint), over all tensors: a
   // gradient that cancels to rounding noise (a bias before BatchNorm) keeps the budget of the sums behind it.
@@ -563,7 +576,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     const auto sc = scale_at.find({key.step, key.checkpoint});
     const double step_scale = sc == scale_at.end() ? 0.0 : sc->second;
     c.m = CompareTensor(
-        *c.got, *c.want, exact_for(c),
+        c.got->tensor(), c.want->tensor(), exact_for(c),
         [&](double scale) { return policy.Budget(key.checkpoint, budget_step, std::max(scale, step_scale)); },
         &c.stats, &c.max_abs, c.bound ? &c.bound->data : nullptr);
   });
@@ -571,7 +584,7 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     const TraceKey& key = job.key;
     const Compared& done = jobs[job.computed];
     MergeStats(&result.stats[CheckpointName(key.checkpoint)], done.stats);
-    if (IsFloating(job.want->dtype)) {
+    if (IsFloating(job.want->dtype())) {
       auto& e = result.error_by_tensor[CheckpointName(key.checkpoint) + "/" + key.tensor][key.step];
       e = std::max(e, done.max_abs);
     }
@@ -600,11 +613,11 @@ CompareResult CompareTraces(const Trace& got, const Trace& want, const Tolerance
     if (key.checkpoint != Checkpoint::kParams || key.tensor.rfind("opt.", 0) == 0) continue;
     TraceKey shared = key;
     shared.rank = kAllRanks;
-    if (got.Find(shared)) continue;  // a run that records shared values (the reference under test)
+    if (got.FindValue(shared)) continue;  // a run that records shared values (the reference under test)
     for (int r = 0; r <= max_rank; ++r) {
       TraceKey k = key;
       k.rank = key.rank == kAllRanks ? r : key.rank;
-      if (got.Find(k)) continue;
+      if (got.FindValue(k)) continue;
       Mismatch m;
       m.key = k;
       m.kind = "missing";

@@ -98,7 +98,7 @@ size_t MajorityBase(size_t n, const std::function<bool(size_t, size_t)>& same, s
 // and with `own`, per tensor its largest |value| (an infinity included). Computed on every core, each tensor
 // the ranks share once; with `only`, for those (step, checkpoint) alone.
 std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(
-    const Trace& want, std::map<const Tensor*, double>* own = nullptr,
+    const Trace& want, std::map<const RecordValue*, double>* own = nullptr,
     const std::set<std::pair<int64_t, Checkpoint>>* only = nullptr);
 CompareResult CompareTraces(const Trace& got, const Trace& want, const TolerancePolicy& policy);
 // True when `got` holds at least one record, every record of it (bucket contents and layouts aside) has a

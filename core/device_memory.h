@@ -25,6 +25,13 @@ class DeviceMemory {
   // True when ToHost(src, host.shape) is known, without a copy, to be bitwise `host` (dtype and every value):
   // host memory compares in place; device memory says false (the caller then copies).
   virtual bool SameAsHost(ConstSpan /*src*/, const Tensor& /*host*/) const { return false; }
+  // Float32 memory `src` copied to the host as floats (a trace's compact record, core::RecordValue).
+  virtual std::vector<float> ToHostFloats(ConstSpan src) const {
+    const Tensor t = ToHost(src, {src.numel});
+    return std::vector<float>(t.data.begin(), t.data.end());  // float32 values: exact
+  }
+  // True when float32 memory `src` is known, without a copy, to be bitwise the n floats at host.
+  virtual bool SameAsHostFloats(ConstSpan /*src*/, const float* /*host*/, int64_t /*n*/) const { return false; }
   virtual void FromHost(const Tensor& src, Span dst) = 0;
 };
 

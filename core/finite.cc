@@ -13,6 +13,21 @@ bool ExemptUnderOverflow(Checkpoint c) {
          c == Checkpoint::kReduced || c == Checkpoint::kUnscaled;
 }
 
+// The first non-finite element's index, read as the value is held (a compact record is not widened), or -1.
+int64_t FirstNonFinite(const RecordValue& v) {
+  if (const float* f = v.floats()) {
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      if (!std::isfinite(f[i])) return i;
+    }
+    return -1;
+  }
+  const std::vector<double>& d = v.tensor().data;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (!std::isfinite(d[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 }  // namespace
 
 Status CheckFinite(const Trace& t, const std::string& source, const std::set<int64_t>& overflow_steps,
@@ -29,13 +44,12 @@ Status CheckFinite(const Trace& t, const std::string& source, const std::set<int
     const bool buffer_record = key.checkpoint == Checkpoint::kBuffers || key.checkpoint == Checkpoint::kForwardBuffers ||
                                key.checkpoint == Checkpoint::kInit;
     if (buffer_record && buffers.count(key.tensor)) continue;
-    for (size_t i = 0; i < value->data.size(); ++i) {
-      if (std::isfinite(value->data[i])) continue;
-      return Status::Mismatch(fmt::format("{}: non-finite value in {} ({}) at step {}, rank {}: {} at flat index {}",
-                                          source, key.tensor, CheckpointName(key.checkpoint), key.step,
-                                          key.rank == kAllRanks ? std::string("all") : std::to_string(key.rank),
-                                          value->data[i], i));
-    }
+    const int64_t i = FirstNonFinite(value.value());
+    if (i < 0) continue;
+    return Status::Mismatch(fmt::format("{}: non-finite value in {} ({}) at step {}, rank {}: {} at flat index {}",
+                                        source, key.tensor, CheckpointName(key.checkpoint), key.step,
+                                        key.rank == kAllRanks ? std::string("all") : std::to_string(key.rank),
+                                        value->data[static_cast<size_t>(i)], i));
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 // the replica's device memory only when recording is on.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/replica.h"
@@ -26,16 +27,27 @@ class StepRecorder {
     trace_->Add({step_, c, name, rank_override == -2 ? rank_ : rank_override}, std::move(value));
   }
   // Copies device memory `src` (shape `shape`) to the host and records it; a value another rank recorded
-  // bitwise the same (DDP's parameters, reduced gradients) is shared instead of copied (Trace::Add).
+  // bitwise the same (DDP's parameters, reduced gradients) is shared instead of copied (Trace::Add). Float32
+  // values of a model's size are held as floats (RecordValue).
   void RecordSpan(Checkpoint c, const std::string& name, ConstSpan src, const std::vector<int64_t>& shape) const {
     if (!trace_) return;
     const TraceKey key{step_, c, name, rank_};
-    if (src.numel >= Trace::kShareMin && trace_->AddTwin(key, [&](const Tensor& t) {
-          return t.shape == shape && replica_->Memory().SameAsHost(src, t);
+    if (src.numel < Trace::kShareMin) {
+      trace_->Add(key, replica_->Memory().ToHost(src, shape));
+      return;
+    }
+    if (trace_->AddTwin(key, [&](const RecordValue& t) {
+          if (t.shape() != shape) return false;
+          if (const float* f = t.floats()) return replica_->Memory().SameAsHostFloats(src, f, t.numel());
+          return replica_->Memory().SameAsHost(src, t.tensor());
         })) {
       return;
     }
-    trace_->Add(key, replica_->Memory().ToHost(src, shape));
+    if (src.dtype == DType::kFloat32) {
+      trace_->Add(key, std::make_shared<const RecordValue>(shape, replica_->Memory().ToHostFloats(src)));
+    } else {
+      trace_->Add(key, replica_->Memory().ToHost(src, shape));
+    }
   }
   void RecordParams(Checkpoint c) const;   // every parameter's value
   void RecordGrads(Checkpoint c) const;    // every defined gradient

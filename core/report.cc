@@ -28,14 +28,17 @@ nlohmann::json Provenance(const nlohmann::json& extra) {
 }
 
 void FillSeries(const Trace& trace, RunReport* report) {
-  for (const auto& [key, value] : trace.records()) {
-    if (value->data.empty()) continue;
+  for (const auto& [key, held] : trace.records()) {
     const bool loss = key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0;
-    if (loss && key.rank != kAllRanks) report->loss_by_rank[key.rank][key.step] = value->data[0];
+    const bool lr = key.checkpoint == Checkpoint::kLr && key.tensor == "lr";
+    const bool scale = key.checkpoint == Checkpoint::kScaler && key.tensor == "scale";
+    if ((!loss && !lr && !scale) || held.value().numel() == 0) continue;  // (a model's values stay as held)
+    const Tensor& value = held;
+    if (loss && key.rank != kAllRanks) report->loss_by_rank[key.rank][key.step] = value.data[0];
     if (key.rank != 0 && key.rank != kAllRanks) continue;
-    if (key.checkpoint == Checkpoint::kLr && key.tensor == "lr") report->lr_by_step[key.step] = value->data[0];
-    if (key.checkpoint == Checkpoint::kScaler && key.tensor == "scale") report->scale_by_step[key.step] = value->data[0];
-    if (loss) report->loss_by_step[key.step] = value->data[0];
+    if (lr) report->lr_by_step[key.step] = value.data[0];
+    if (scale) report->scale_by_step[key.step] = value.data[0];
+    if (loss) report->loss_by_step[key.step] = value.data[0];
   }
 }
 
@@ -49,7 +52,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
   // and with the reference tensor's own (an infinity counts there).
   for (const auto& [key, value] : want.records()) {
     if (key.checkpoint == Checkpoint::kLoss && key.tensor.rfind("loss", 0) == 0 && key.rank != kAllRanks &&
-        !value->data.empty()) {
+        value.value().numel() > 0) {
       report->reference_loss_by_rank[key.rank][key.step] = value->data[0];
     }
   }
@@ -58,29 +61,29 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
   // before it held, against the same reference value, has its errors; the distinct ones are measured on every
   // core.
   struct Measured {
-    const Tensor *got, *want;
+    const RecordValue *got, *want;  // as held: a value both traces share is never widened
     size_t computed;  // the measurement whose errors these are (itself unless a repeat)
     double max_err = 0;
     bool differs = false;
   };
-  auto want_of = [&](const TraceKey& key, const Tensor& value) -> const Tensor* {
+  auto want_of = [&](const TraceKey& key, const SharedTensor& value) -> const RecordValue* {
     if (key.rank == kAllRanks || key.checkpoint == Checkpoint::kBucket) return nullptr;
-    const Tensor* w = want.FindOrAllRanks(key);
-    return w && w->shape == value.shape ? w : nullptr;
+    const RecordValue* w = want.FindValueOrAllRanks(key);
+    return w && w->shape() == value.value().shape() ? w : nullptr;
   };
   std::vector<Measured> measured;
   for (const auto& [key, value] : got.records()) {
-    const Tensor* w = want_of(key, value);
+    const RecordValue* w = want_of(key, value);
     if (!w) continue;
     const Measured* last = measured.empty() ? nullptr : &measured[measured.back().computed];
-    const bool repeat = last && last->want == w && BitwiseEqual(*last->got, value);
-    measured.push_back({value.get(), w, repeat ? measured.back().computed : measured.size()});
+    const bool repeat = last && last->want == w && BitwiseEqual(*last->got, value.value());
+    measured.push_back({value.ptr().get(), w, repeat ? measured.back().computed : measured.size()});
   }
   ParallelFor(static_cast<int64_t>(measured.size()), [&](int64_t k) {
     Measured& me = measured[static_cast<size_t>(k)];
     if (me.computed != static_cast<size_t>(k) || me.got == me.want) return;  // one value both traces hold: no error
-    const std::vector<double>& g = me.got->data;
-    const std::vector<double>& v = me.want->data;
+    const std::vector<double>& g = me.got->tensor().data;
+    const std::vector<double>& v = me.want->tensor().data;
     // Eight lanes of maxima and counts of unequal elements (core/lanes.h), the last group zero-padded.
     using namespace lanes;  // NOLINT: V8d, Select, Max
     const V8d zero = {}, inf = Splat(INFINITY);
@@ -109,7 +112,7 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
       if (me.max_err != 0 || me.differs) erring.insert({key.step, key.checkpoint});
     }
   }
-  std::map<const Tensor*, double> own_scale;
+  std::map<const RecordValue*, double> own_scale;
   std::map<std::pair<int64_t, Checkpoint>, double> scale_at;
   if (!erring.empty()) scale_at = ReferenceScales(want, &own_scale, &erring);
   auto& map = report->divergence_map;
@@ -117,20 +120,20 @@ void FillDivergenceMap(const Trace& got, const Trace& want, const TolerancePolic
   for (const auto& [key, value] : got.records()) {
     if (key.rank == kAllRanks) continue;
     RunReport::Cell& cell = map[key.rank][key.step];
-    const Tensor* w = want_of(key, value);
+    const RecordValue* w = want_of(key, value);
     if (!w) continue;
     const Measured& me = measured[measured[next++].computed];
     const std::string cp = CheckpointName(key.checkpoint);
     RunReport::CheckpointSummary& summary = report->checkpoint_summary[cp];
     RunReport::Cell& rank_cell = report->rank_error[cp][key.rank][key.step];
-    const bool floating = IsFloating(w->dtype);
+    const bool floating = IsFloating(w->dtype());
     const bool exact = policy.exact || !floating || key.checkpoint == Checkpoint::kSampler ||
                        key.checkpoint == Checkpoint::kLr || key.checkpoint == Checkpoint::kScaler;
     const double scale = std::max(own_scale[w], scale_at[{key.step, key.checkpoint}]);
     const double budget = exact ? 0.0 : policy.Budget(key.checkpoint, key.step, scale);
     if (!exact) summary.exact = false;
     const double max_err = me.max_err;
-    if (w->data.empty()) continue;
+    if (w->numel() == 0) continue;
     if (floating) {
       for (double* m : {&cell.max_abs_err, &rank_cell.max_abs_err, &summary.max_abs_err}) *m = std::max(*m, max_err);
     }

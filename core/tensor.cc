@@ -93,4 +93,35 @@ bool BitwiseEqual(const Tensor& a, const Tensor& b) {
   return a.data.empty() || std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(double)) == 0;
 }
 
+RecordValue::RecordValue(std::vector<int64_t> shape, std::vector<float> values)
+    : t_(DType::kFloat32, std::move(shape), {}), floats_(std::move(values)), compact_(true),
+      numel_(static_cast<int64_t>(floats_.size())) {}
+
+const Tensor& RecordValue::tensor() const {
+  if (compact_) {
+    std::call_once(widened_, [&] {
+      t_.data.assign(floats_.begin(), floats_.end());
+      widened_flag_.store(true, std::memory_order_release);
+    });
+  }
+  return t_;
+}
+
+bool BitwiseEqual(const RecordValue& a, const RecordValue& b) {
+  if (&a == &b) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.numel() != b.numel()) return false;
+  if (a.floats() && b.floats()) {
+    return a.numel() == 0 || std::memcmp(a.floats(), b.floats(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+  }
+  if (a.floats()) return WidenedBitwiseEqual(a.floats(), b.tensor().data);
+  if (b.floats()) return WidenedBitwiseEqual(b.floats(), a.tensor().data);
+  return BitwiseEqual(a.tensor(), b.tensor());
+}
+
+bool BitwiseEqual(const RecordValue& a, const Tensor& b) {
+  if (a.dtype() != b.dtype || a.shape() != b.shape || a.numel() != b.numel()) return false;
+  if (a.floats()) return WidenedBitwiseEqual(a.floats(), b.data);
+  return BitwiseEqual(a.tensor(), b);
+}
+
 }  // namespace ddpcheck::core

@@ -7,8 +7,10 @@
 //           communicators and replicas exchange.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,41 @@ struct Tensor {
 
 // True when dtype, shape and every value's bits are equal (NaN equals NaN with the same bits).
 bool BitwiseEqual(const Tensor& a, const Tensor& b);
+
+// A recorded value (core/trace.h's records), held compactly where it can be: float32 values as floats, half a
+// double's memory, widened into a Tensor only when first read as one (once, thread-safe). A 10M-parameter
+// world's trace holds every rank's float32 gradients for the check (gigabytes as doubles: bench/README.md); a
+// check whose world agrees with its reference never reads them as doubles. Not copyable: held by shared_ptr.
+class RecordValue {
+ public:
+  explicit RecordValue(Tensor t) : t_(std::move(t)), numel_(t_.numel()) {}
+  // float32 values held as floats; values.size() == NumelOf(shape).
+  RecordValue(std::vector<int64_t> shape, std::vector<float> values);
+  RecordValue(const RecordValue&) = delete;
+  RecordValue& operator=(const RecordValue&) = delete;
+
+  DType dtype() const { return t_.dtype; }
+  const std::vector<int64_t>& shape() const { return t_.shape; }
+  int64_t numel() const { return numel_; }
+  // The values as floats when held compactly, else nullptr.
+  const float* floats() const { return compact_ ? floats_.data() : nullptr; }
+  // The value as a Tensor (widened on first use when compact).
+  const Tensor& tensor() const;
+  // True once a compact value has been widened (its doubles are held beside its floats).
+  bool widened() const { return widened_flag_.load(std::memory_order_acquire); }
+
+ private:
+  mutable Tensor t_;  // dtype and shape always; data unless compact and not yet widened (then written once)
+  std::vector<float> floats_;
+  bool compact_ = false;
+  int64_t numel_ = 0;
+  mutable std::once_flag widened_;
+  mutable std::atomic<bool> widened_flag_{false};
+};
+
+// BitwiseEqual over records, reading compact values as they are held (no widening).
+bool BitwiseEqual(const RecordValue& a, const RecordValue& b);
+bool BitwiseEqual(const RecordValue& a, const Tensor& b);
 
 // True when each of the n values at p, widened to a double, is bitwise equal to host's (n == host.size()).
 template <typename T>

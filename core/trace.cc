@@ -91,13 +91,13 @@ Trace Trace::TakeSteps(int64_t last_step) {
   return out;
 }
 
-std::vector<std::shared_ptr<const Tensor>> Trace::Twins(const TraceKey& key) const {
+std::vector<std::shared_ptr<const RecordValue>> Trace::Twins(const TraceKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return TwinsLocked(key);
 }
 
-std::vector<std::shared_ptr<const Tensor>> Trace::TwinsLocked(const TraceKey& key) const {
-  std::vector<std::shared_ptr<const Tensor>> out;
+std::vector<std::shared_ptr<const RecordValue>> Trace::TwinsLocked(const TraceKey& key) const {
+  std::vector<std::shared_ptr<const RecordValue>> out;
   if (key.rank == kAllRanks) return out;
   TraceKey from = key;
   from.rank = std::numeric_limits<int>::min();
@@ -110,12 +110,12 @@ std::vector<std::shared_ptr<const Tensor>> Trace::TwinsLocked(const TraceKey& ke
   return out;
 }
 
-std::shared_ptr<const Tensor> Trace::SourceTwin(const TraceKey& key, const Tensor& p) const {
-  return SourceRecord(key, [&](const Tensor& t) { return BitwiseEqual(t, p); });
+std::shared_ptr<const RecordValue> Trace::SourceTwin(const TraceKey& key, const RecordValue& p) const {
+  return SourceRecord(key, [&](const RecordValue& t) { return BitwiseEqual(t, p); });
 }
 
-std::shared_ptr<const Tensor> Trace::SourceRecord(const TraceKey& key,
-                                                  const std::function<bool(const Tensor&)>& same) const {
+std::shared_ptr<const RecordValue> Trace::SourceRecord(const TraceKey& key,
+                                                       const std::function<bool(const RecordValue&)>& same) const {
   if (!twin_source_) return nullptr;
   const auto& theirs = twin_source_->records_;
   TraceKey other = key;
@@ -128,15 +128,16 @@ std::shared_ptr<const Tensor> Trace::SourceRecord(const TraceKey& key,
   return it->second.ptr();
 }
 
-void Trace::AddShared(const TraceKey& key, std::shared_ptr<const Tensor> p) {
+void Trace::AddShared(const TraceKey& key, std::shared_ptr<const RecordValue> p) {
   std::lock_guard<std::mutex> lock(mu_);
   records_.insert_or_assign(key, SharedTensor(std::move(p)));
 }
 
-void Trace::Add(const TraceKey& key, Tensor value) {
-  auto p = std::make_shared<const Tensor>(std::move(value));
+void Trace::Add(const TraceKey& key, Tensor value) { Add(key, std::make_shared<const RecordValue>(std::move(value))); }
+
+void Trace::Add(const TraceKey& key, std::shared_ptr<const RecordValue> p) {
   const bool shareable = p->numel() >= kShareMin;
-  std::vector<std::shared_ptr<const Tensor>> seen;
+  std::vector<std::shared_ptr<const RecordValue>> seen;
   if (shareable) {
     if (auto twin = SourceTwin(key, *p)) p = std::move(twin);
     // Compared outside the lock: the other ranks keep adding meanwhile.
@@ -163,7 +164,7 @@ void Trace::Add(const TraceKey& key, Tensor value) {
   records_.insert_or_assign(key, SharedTensor(std::move(p)));
 }
 
-bool Trace::AddTwin(const TraceKey& key, const std::function<bool(const Tensor&)>& same) {
+bool Trace::AddTwin(const TraceKey& key, const std::function<bool(const RecordValue&)>& same) {
   for (const auto& twin : Twins(key)) {
     if (!same(*twin)) continue;
     std::lock_guard<std::mutex> lock(mu_);
@@ -182,6 +183,17 @@ const Tensor* Trace::FindOrAllRanks(TraceKey key) const {
   if (const Tensor* v = Find(key)) return v;
   key.rank = kAllRanks;
   return Find(key);
+}
+
+const RecordValue* Trace::FindValueOrAllRanks(TraceKey key) const {
+  if (const RecordValue* v = FindValue(key)) return v;
+  key.rank = kAllRanks;
+  return FindValue(key);
+}
+
+const RecordValue* Trace::FindValue(const TraceKey& key) const {
+  auto it = records_.find(key);
+  return it == records_.end() ? nullptr : it->second.ptr().get();
 }
 
 const Tensor* Trace::Find(const TraceKey& key) const {

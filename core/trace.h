@@ -64,19 +64,22 @@ struct TraceEvent {
 
 // A record's value. Records of different ranks holding bitwise the same values (DDP's parameters and reduced
 // gradients after the all-reduce) share one copy (Trace::Add): W ranks of a large model hold it once, and two
-// records that share it are equal without reading them.
+// records that share it are equal without reading them. Float32 values recorded from a replica's memory are held
+// as floats (RecordValue) and read as a Tensor (widened once) only where a reader needs doubles.
 class SharedTensor {
  public:
   SharedTensor() = default;
-  explicit SharedTensor(std::shared_ptr<const Tensor> p) : p_(std::move(p)) {}
-  const Tensor& operator*() const { return *p_; }
-  const Tensor* operator->() const { return p_.get(); }
-  const Tensor* get() const { return p_.get(); }
-  operator const Tensor&() const { return *p_; }  // NOLINT: a record reads as its tensor
-  const std::shared_ptr<const Tensor>& ptr() const { return p_; }
+  explicit SharedTensor(std::shared_ptr<const RecordValue> p) : p_(std::move(p)) {}
+  const Tensor& operator*() const { return p_->tensor(); }
+  const Tensor* operator->() const { return &p_->tensor(); }
+  const Tensor* get() const { return &p_->tensor(); }
+  operator const Tensor&() const { return p_->tensor(); }  // NOLINT: a record reads as its tensor
+  // The value as held (dtype, shape, compact floats) without widening it.
+  const RecordValue& value() const { return *p_; }
+  const std::shared_ptr<const RecordValue>& ptr() const { return p_; }
 
  private:
-  std::shared_ptr<const Tensor> p_;
+  std::shared_ptr<const RecordValue> p_;
 };
 
 class Trace {
@@ -91,9 +94,10 @@ class Trace {
   // Thread-safe: rank threads add concurrently. A second Add for one key replaces the first. A value of at least
   // kShareMin elements bitwise equal to another rank's record of the same (step, checkpoint, tensor) shares it.
   void Add(const TraceKey& key, Tensor value);
+  void Add(const TraceKey& key, std::shared_ptr<const RecordValue> value);
   // Records, without a copy, the value of another rank's record of the same (step, checkpoint, tensor) that
   // `same` accepts (a replica's device memory compared in place); false, recording nothing, when none does.
-  bool AddTwin(const TraceKey& key, const std::function<bool(const Tensor&)>& same);
+  bool AddTwin(const TraceKey& key, const std::function<bool(const RecordValue&)>& same);
   void AddEvent(TraceEvent event);
   // While set, Add also shares a value of at least kShareMin elements bitwise equal to `other`'s record of the
   // same key (or of the same (step, checkpoint, tensor) for all ranks / rank 0 where one side records it for all
@@ -102,9 +106,10 @@ class Trace {
   void SetTwinSource(const Trace* other) { twin_source_ = other; }
   // The twin source's record for key (matched as Add matches it) when `same` accepts it, else nullptr: a value
   // compared where it lies, without a copy. Thread-safe while the source does not change.
-  std::shared_ptr<const Tensor> SourceRecord(const TraceKey& key, const std::function<bool(const Tensor&)>& same) const;
+  std::shared_ptr<const RecordValue> SourceRecord(const TraceKey& key,
+                                                  const std::function<bool(const RecordValue&)>& same) const;
   // Records p, a value held with another trace (SourceRecord), as key's.
-  void AddShared(const TraceKey& key, std::shared_ptr<const Tensor> p);
+  void AddShared(const TraceKey& key, std::shared_ptr<const RecordValue> p);
   // Moves the records of steps <= last_step (not the events or meta) into the returned trace. Not synchronised
   // with Add.
   Trace TakeSteps(int64_t last_step);
@@ -113,6 +118,9 @@ class Trace {
   // key's record, or else the one of the same (step, checkpoint, tensor) for all ranks (a trace that records a
   // value once for every rank, as the reference does); nullptr when neither is there.
   const Tensor* FindOrAllRanks(TraceKey key) const;
+  // Find and FindOrAllRanks for the value as held (compact values not widened).
+  const RecordValue* FindValue(const TraceKey& key) const;
+  const RecordValue* FindValueOrAllRanks(TraceKey key) const;
   const std::map<TraceKey, SharedTensor>& records() const { return records_; }
   const std::vector<TraceEvent>& events() const { return events_; }
 
@@ -138,10 +146,10 @@ class Trace {
   // Read and Decode once the index is parsed; `load` reads a record's .npy file by its name.
   static Status FromIndex(const nlohmann::json& index, const std::string& path, const NpyLoader& load, Trace* out);
   // Other ranks' records of key's (step, checkpoint, tensor), distinct values only (taken under mu_).
-  std::vector<std::shared_ptr<const Tensor>> Twins(const TraceKey& key) const;
-  std::vector<std::shared_ptr<const Tensor>> TwinsLocked(const TraceKey& key) const;  // mu_ held
+  std::vector<std::shared_ptr<const RecordValue>> Twins(const TraceKey& key) const;
+  std::vector<std::shared_ptr<const RecordValue>> TwinsLocked(const TraceKey& key) const;  // mu_ held
   // twin_source_'s value equal to p for key, or nullptr.
-  std::shared_ptr<const Tensor> SourceTwin(const TraceKey& key, const Tensor& p) const;
+  std::shared_ptr<const RecordValue> SourceTwin(const TraceKey& key, const RecordValue& p) const;
   mutable std::mutex mu_;
   std::map<TraceKey, SharedTensor> records_;
   std::vector<TraceEvent> events_;

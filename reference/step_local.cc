@@ -386,7 +386,7 @@ core::Status CheckStepLocal(const core::Scenario& s, const core::Trace& recorded
     const core::StepRange range{v.records().begin()->first.step, last_step, max_rank};
     total.Merge(core::CompareTraces(recorded, v, fallback, b, /*policy_step=*/0, range));
     if (values) {
-      for (auto& [key, t] : v.records()) kept.Add(key, t);
+      for (auto& [key, t] : v.records()) kept.Add(key, t.ptr());
     }
   };
   DDPCHECK_RETURN_IF_ERROR(Replay(s, recorded, &replayed, &bounds, [&](int64_t step) { flush(step - 1); }));

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,21 +35,37 @@ Tensor ToTensor(const T* data, const core::ParamInfo& info, core::DType dtype) {
   return Tensor(dtype, info.shape, std::vector<double>(data, data + info.numel()));
 }
 
+// A value as a trace holds it: float32 of a model's size as floats (core::RecordValue), else widened.
+template <typename T>
+std::shared_ptr<const core::RecordValue> ToRecord(const T* data, const core::ParamInfo& info) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (info.numel() >= core::Trace::kShareMin)
+      return std::make_shared<const core::RecordValue>(info.shape, std::vector<float>(data, data + info.numel()));
+  }
+  return std::make_shared<const core::RecordValue>(ToTensor(data, info, core::DTypeOf<T>()));
+}
+
 // Records values of a model's size: each copied out on every core (a fresh vector, written and page-faulted),
 // except where the trace's twin source holds a bitwise equal value of the same key (compared where it lies: the
 // CPU world's, which this computation repeats), then added in order.
 template <typename T>
 void RecordAll(core::Trace* trace, const std::vector<core::TraceKey>& keys,
                const std::vector<std::pair<const T*, const core::ParamInfo*>>& from) {
-  std::vector<std::shared_ptr<const Tensor>> shared(from.size());
-  std::vector<Tensor> out(from.size());
+  std::vector<std::shared_ptr<const core::RecordValue>> shared(from.size());
+  std::vector<std::shared_ptr<const core::RecordValue>> out(from.size());
   core::ParallelFor(static_cast<int64_t>(from.size()), [&](int64_t i) {
     const auto k = static_cast<size_t>(i);
     const auto& [data, info] = from[k];
-    shared[k] = trace->SourceRecord(keys[k], [&](const Tensor& t) {
-      return t.dtype == core::DTypeOf<T>() && t.shape == info->shape && core::WidenedBitwiseEqual(data, t.data);
+    shared[k] = trace->SourceRecord(keys[k], [&](const core::RecordValue& t) {
+      if (t.dtype() != core::DTypeOf<T>() || t.shape() != info->shape) return false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (const float* f = t.floats()) {
+          return std::memcmp(f, data, static_cast<size_t>(t.numel()) * sizeof(float)) == 0;
+        }
+      }
+      return core::WidenedBitwiseEqual(data, t.tensor().data);
     });
-    if (!shared[k]) out[k] = ToTensor(data, *info, core::DTypeOf<T>());
+    if (!shared[k]) out[k] = ToRecord(data, *info);
   });
   for (size_t k = 0; k < from.size(); ++k) {
     if (shared[k]) {

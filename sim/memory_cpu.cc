@@ -93,6 +93,17 @@ bool CpuMemory::SameAsHost(core::ConstSpan src, const core::Tensor& host) const 
   }
 }
 
+std::vector<float> CpuMemory::ToHostFloats(core::ConstSpan src) const {
+  DDPCHECK_CHECK(src.dtype == core::DType::kFloat32, "ToHostFloats of ", core::DTypeName(src.dtype));
+  const float* p = static_cast<const float*>(src.data);
+  return std::vector<float>(p, p + src.numel);
+}
+
+bool CpuMemory::SameAsHostFloats(core::ConstSpan src, const float* host, int64_t n) const {
+  return src.dtype == core::DType::kFloat32 && src.numel == n &&
+         (n == 0 || std::memcmp(src.data, host, static_cast<size_t>(n) * sizeof(float)) == 0);
+}
+
 void CpuMemory::FromHost(const core::Tensor& src, core::Span dst) {
   DDPCHECK_CHECK_EQ(src.numel(), dst.numel);
   switch (dst.dtype) {

@@ -15,6 +15,8 @@ class CpuMemory final : public core::DeviceMemory {
   void Fill(core::Span dst, double value) override;
   core::Tensor ToHost(core::ConstSpan src, const std::vector<int64_t>& shape) const override;
   bool SameAsHost(core::ConstSpan src, const core::Tensor& host) const override;
+  std::vector<float> ToHostFloats(core::ConstSpan src) const override;
+  bool SameAsHostFloats(core::ConstSpan src, const float* host, int64_t n) const override;
   void FromHost(const core::Tensor& src, core::Span dst) override;
 
  private:

@@ -62,7 +62,7 @@ core::Status UnpackTrace(const std::vector<char>& blob, core::Trace* out) {
 }
 
 void MergeShard(const core::Trace& shard, core::Trace* world) {
-  for (const auto& [key, value] : shard.records()) world->Add(key, value);
+  for (const auto& [key, value] : shard.records()) world->Add(key, value.ptr());  // shared, not copied
   for (const auto& event : shard.events()) world->AddEvent(event);
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "core/compare.h"
@@ -81,7 +82,7 @@ double Special(std::mt19937_64& rng, DType dt) {
   const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, std::nan(""), 1e-30, -1e30, 1.0, -1.0};
   std::uniform_int_distribution<int> pick(0, 40);
   const int k = pick(rng);
-  if (k < 9) return specials[k];
+  if (k < 9) return dt == DType::kFloat32 ? static_cast<double>(static_cast<float>(specials[k])) : specials[k];
   std::normal_distribution<double> n(0.0, 1.0);
   const double v = n(rng) * std::pow(10.0, static_cast<double>(k % 7) - 3);
   return dt == DType::kFloat32 ? static_cast<double>(static_cast<float>(v)) : v;
@@ -197,23 +198,36 @@ TEST(CompareBounded, TheDivergenceMapAndTheScalesAreTheDefinitionsExactly) {
         if (a <= std::numeric_limits<double>::max()) finite = std::max(finite, a);
         all = std::max(all, a);
       }
-      core::Trace g, w;
-      const core::TraceKey key{0, Checkpoint::kLocalGrad, "p", 0};
-      g.Add(key, got);
-      w.Add(key, want);
-      const std::string where = "dtype " + core::DTypeName(dt) + ", trial " + std::to_string(trial);
-      std::map<const Tensor*, double> own;
-      const auto at = core::ReferenceScales(w, &own);
-      ASSERT_EQ(at.size(), 1u) << where;
-      EXPECT_EQ(at.begin()->second, finite) << where;
-      ASSERT_EQ(own.size(), 1u) << where;
-      EXPECT_EQ(own.begin()->second, all) << where;
-      core::RunReport report;
-      core::TolerancePolicy exact;
-      exact.exact = true;
-      core::FillDivergenceMap(g, w, exact, &report);
-      EXPECT_EQ(report.divergence_map[0][0].max_abs_err, max_err) << where;
-      EXPECT_EQ(report.divergence_map[0][0].failed, differs) << where;
+      // A float32 value also as a trace holds it from a replica (core::RecordValue, floats read as held).
+      for (const bool as_floats : {false, true}) {
+        if (as_floats && dt != DType::kFloat32) continue;
+        auto floats = [](const Tensor& t) {
+          return std::make_shared<const core::RecordValue>(t.shape, std::vector<float>(t.data.begin(), t.data.end()));
+        };
+        core::Trace g, w;
+        const core::TraceKey key{0, Checkpoint::kLocalGrad, "p", 0};
+        if (as_floats) {
+          g.Add(key, floats(got));
+          w.Add(key, floats(want));
+        } else {
+          g.Add(key, got);
+          w.Add(key, want);
+        }
+        const std::string where =
+            "dtype " + core::DTypeName(dt) + (as_floats ? " as floats" : "") + ", trial " + std::to_string(trial);
+        std::map<const core::RecordValue*, double> own;
+        const auto at = core::ReferenceScales(w, &own);
+        ASSERT_EQ(at.size(), 1u) << where;
+        EXPECT_EQ(at.begin()->second, finite) << where;
+        ASSERT_EQ(own.size(), 1u) << where;
+        EXPECT_EQ(own.begin()->second, all) << where;
+        core::RunReport report;
+        core::TolerancePolicy exact;
+        exact.exact = true;
+        core::FillDivergenceMap(g, w, exact, &report);
+        EXPECT_EQ(report.divergence_map[0][0].max_abs_err, max_err) << where;
+        EXPECT_EQ(report.divergence_map[0][0].failed, differs) << where;
+      }
     }
   }
 }

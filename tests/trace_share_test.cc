@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "core/compare.h"
 #include "core/diagnose.h"
@@ -248,14 +250,66 @@ TEST(TraceShare, ATwinSourceSharesBitwiseEqualValuesOfTheSameKeyOnly) {
   EXPECT_NE(ref.Find(Key(0)), world.Find(Key(0)));
 }
 
-TEST(TraceShare, TheCheckHoldsTheLocalGradientsTheWorldAndItsReferenceComputedAlikeOnce) {
+TEST(TraceShare, Float32RecordsAreHeldAsFloatsAndReadAsTheirDoubles) {
+  std::vector<float> f(3000);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * 0.1f - 100.0f;
+  f[7] = std::numeric_limits<float>::quiet_NaN();
+  f[1000] = 0.0f;  // (i * 0.1 - 100 is exactly 0 here)
+  const core::RecordValue held({3, 1000}, f);
+  ASSERT_NE(held.floats(), nullptr);
+  EXPECT_EQ(held.dtype(), DType::kFloat32);
+  EXPECT_EQ(held.shape(), (std::vector<int64_t>{3, 1000}));
+  EXPECT_EQ(held.numel(), 3000);
+  const Tensor widened(DType::kFloat32, {3, 1000}, std::vector<double>(f.begin(), f.end()));
+  // Compared with a Tensor and with another record as held: nothing widened.
+  EXPECT_TRUE(core::BitwiseEqual(held, widened));
+  EXPECT_TRUE(core::BitwiseEqual(held, core::RecordValue({3, 1000}, f)));
+  std::vector<float> neg = f;
+  neg[1000] = -0.0f;  // equal as numbers, not bitwise
+  EXPECT_FALSE(core::BitwiseEqual(held, core::RecordValue({3, 1000}, neg)));
+  Tensor off = widened;
+  off.data[2999] = std::nextafter(off.data[2999], 0.0);
+  EXPECT_FALSE(core::BitwiseEqual(held, off));
+  EXPECT_FALSE(core::BitwiseEqual(held, core::RecordValue({3000}, f)));  // another shape
+  EXPECT_FALSE(held.widened());
+  // Read as a Tensor from many threads at once: widened once, the same doubles for every reader.
+  std::vector<const Tensor*> seen(8);
+  std::vector<std::thread> readers;
+  for (size_t k = 0; k < seen.size(); ++k) readers.emplace_back([&, k] { seen[k] = &held.tensor(); });
+  for (auto& r : readers) r.join();
+  EXPECT_TRUE(held.widened());
+  for (const Tensor* t : seen) EXPECT_EQ(t, seen[0]);
+  EXPECT_TRUE(core::BitwiseEqual(*seen[0], widened));
+  EXPECT_TRUE(core::BitwiseEqual(held, widened));  // (and still so once widened)
+}
+
+// `ddpcheck run` of a correct two-rank CPU world of SmallMlp: it passes; *got and *want are its traces.
+void CheckSmallMlp(Trace* got, Trace* want) {
   harness::CheckOptions opts;
   opts.got = {harness::SourceKind::kSim, ""};
   opts.comm = "local";
   core::RunReport report;
-  Trace got, want;
-  ASSERT_TRUE(harness::Check(SmallMlp(2), opts, &report, &got, &want).ok());
+  ASSERT_TRUE(harness::Check(SmallMlp(2), opts, &report, got, want).ok());
   EXPECT_TRUE(report.pass());
+}
+
+TEST(TraceShare, TheCpuWorldHoldsItsFloat32ValuesAsFloatsAndACheckThatAgreesNeverWidensThem) {
+  Trace got, want;
+  CheckSmallMlp(&got, &want);
+  EXPECT_TRUE(core::BitwiseAgrees(got, want));  // (reads them as held)
+  int compact = 0;
+  for (const auto& [key, v] : got.records()) {
+    if (v.value().numel() < Trace::kShareMin) continue;
+    EXPECT_NE(v.value().floats(), nullptr) << key.ToString();
+    EXPECT_FALSE(v.value().widened()) << key.ToString();  // the verdict, report and series read none of them
+    ++compact;
+  }
+  EXPECT_GT(compact, 0);
+}
+
+TEST(TraceShare, TheCheckHoldsTheLocalGradientsTheWorldAndItsReferenceComputedAlikeOnce) {
+  Trace got, want;
+  CheckSmallMlp(&got, &want);
   int shared = 0;
   for (const auto& [key, v] : want.records()) {
     const Tensor* mine = got.Find(key);
