@@ -390,10 +390,10 @@ std::map<std::pair<int64_t, Checkpoint>, double> ReferenceScales(const Trace& wa
     // Eight lanes of maxima (core/lanes.h), the last group zero-padded; each ignores a NaN as std::max(m, NaN)
     // does.
     Scale& sc = scales[static_cast<size_t>(i)];
-    if (const float* f = distinct[static_cast<size_t>(i)]->floats()) {  // held as floats: read as held
+    if (const RecordValue::Floats f = distinct[static_cast<size_t>(i)]->floats()) {  // held as floats: read as held
       float finite = 0, all = 0;
-      for (int64_t k = 0, n = distinct[static_cast<size_t>(i)]->numel(); k < n; ++k) {
-        const float a = std::fabs(f[k]);
+      for (const float v : *f) {
+        const float a = std::fabs(v);
         if (a <= std::numeric_limits<float>::max()) finite = std::max(finite, a);  // NaN: false
         all = std::max(all, a);  // ignores a NaN, as below
       }

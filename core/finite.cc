@@ -15,9 +15,9 @@ bool ExemptUnderOverflow(Checkpoint c) {
 
 // The first non-finite element's index, read as the value is held (a compact record is not widened), or -1.
 int64_t FirstNonFinite(const RecordValue& v) {
-  if (const float* f = v.floats()) {
-    for (int64_t i = 0; i < v.numel(); ++i) {
-      if (!std::isfinite(f[i])) return i;
+  if (const RecordValue::Floats f = v.floats()) {
+    for (size_t i = 0; i < f->size(); ++i) {
+      if (!std::isfinite((*f)[i])) return static_cast<int64_t>(i);
     }
     return -1;
   }

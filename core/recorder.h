@@ -38,7 +38,9 @@ class StepRecorder {
     }
     if (trace_->AddTwin(key, [&](const RecordValue& t) {
           if (t.shape() != shape) return false;
-          if (const float* f = t.floats()) return replica_->Memory().SameAsHostFloats(src, f, t.numel());
+          if (const RecordValue::Floats f = t.floats()) {
+            return replica_->Memory().SameAsHostFloats(src, f->data(), t.numel());
+          }
           return replica_->Memory().SameAsHost(src, t.tensor());
         })) {
       return;

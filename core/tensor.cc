@@ -94,33 +94,40 @@ bool BitwiseEqual(const Tensor& a, const Tensor& b) {
 }
 
 RecordValue::RecordValue(std::vector<int64_t> shape, std::vector<float> values)
-    : t_(DType::kFloat32, std::move(shape), {}), floats_(std::move(values)), compact_(true),
-      numel_(static_cast<int64_t>(floats_.size())) {}
+    : t_(DType::kFloat32, std::move(shape), {}),
+      floats_(std::make_shared<const std::vector<float>>(std::move(values))),
+      numel_(static_cast<int64_t>(floats_->size())) {}
 
 const Tensor& RecordValue::tensor() const {
-  if (compact_) {
-    std::call_once(widened_, [&] {
-      t_.data.assign(floats_.begin(), floats_.end());
-      widened_flag_.store(true, std::memory_order_release);
-    });
-  }
+  if (widened_flag_.load(std::memory_order_acquire)) return t_;
+  std::call_once(widened_, [&] {
+    const Floats f = floats();
+    if (!f) return;  // held as a Tensor from the start
+    t_.data.assign(f->begin(), f->end());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      floats_.reset();  // (freed once no reader holds them)
+    }
+    widened_flag_.store(true, std::memory_order_release);
+  });
   return t_;
 }
 
 bool BitwiseEqual(const RecordValue& a, const RecordValue& b) {
   if (&a == &b) return true;
   if (a.dtype() != b.dtype() || a.shape() != b.shape() || a.numel() != b.numel()) return false;
-  if (a.floats() && b.floats()) {
-    return a.numel() == 0 || std::memcmp(a.floats(), b.floats(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+  const RecordValue::Floats fa = a.floats(), fb = b.floats();
+  if (fa && fb) {
+    return a.numel() == 0 || std::memcmp(fa->data(), fb->data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
   }
-  if (a.floats()) return WidenedBitwiseEqual(a.floats(), b.tensor().data);
-  if (b.floats()) return WidenedBitwiseEqual(b.floats(), a.tensor().data);
+  if (fa) return WidenedBitwiseEqual(fa->data(), b.tensor().data);
+  if (fb) return WidenedBitwiseEqual(fb->data(), a.tensor().data);
   return BitwiseEqual(a.tensor(), b.tensor());
 }
 
 bool BitwiseEqual(const RecordValue& a, const Tensor& b) {
   if (a.dtype() != b.dtype || a.shape() != b.shape || a.numel() != b.numel()) return false;
-  if (a.floats()) return WidenedBitwiseEqual(a.floats(), b.data);
+  if (const RecordValue::Floats f = a.floats()) return WidenedBitwiseEqual(f->data(), b.data);
   return BitwiseEqual(a.tensor(), b);
 }
 

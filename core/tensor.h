@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -53,9 +54,10 @@ struct Tensor {
 bool BitwiseEqual(const Tensor& a, const Tensor& b);
 
 // A recorded value (core/trace.h's records), held compactly where it can be: float32 values as floats, half a
-// double's memory, widened into a Tensor only when first read as one (once, thread-safe). A 10M-parameter
-// world's trace holds every rank's float32 gradients for the check (gigabytes as doubles: bench/README.md); a
-// check whose world agrees with its reference never reads them as doubles. Not copyable: held by shared_ptr.
+// double's memory, widened into a Tensor only when first read as one (once, thread-safe; the floats are then
+// released, so a widened value costs what a Tensor does). A 10M-parameter world's trace holds every rank's
+// float32 gradients for the check (gigabytes as doubles: bench/README.md); a check whose world agrees with its
+// reference never reads them as doubles. Not copyable: held by shared_ptr.
 class RecordValue {
  public:
   explicit RecordValue(Tensor t) : t_(std::move(t)), numel_(t_.numel()) {}
@@ -67,17 +69,22 @@ class RecordValue {
   DType dtype() const { return t_.dtype; }
   const std::vector<int64_t>& shape() const { return t_.shape; }
   int64_t numel() const { return numel_; }
-  // The values as floats when held compactly, else nullptr.
-  const float* floats() const { return compact_ ? floats_.data() : nullptr; }
+  using Floats = std::shared_ptr<const std::vector<float>>;
+  // The values as floats while held compactly, else nullptr (also once widened). The pointer keeps them alive
+  // for its holder while another thread widens the value.
+  Floats floats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return floats_;
+  }
   // The value as a Tensor (widened on first use when compact).
   const Tensor& tensor() const;
-  // True once a compact value has been widened (its doubles are held beside its floats).
+  // True once a compact value has been widened.
   bool widened() const { return widened_flag_.load(std::memory_order_acquire); }
 
  private:
   mutable Tensor t_;  // dtype and shape always; data unless compact and not yet widened (then written once)
-  std::vector<float> floats_;
-  bool compact_ = false;
+  mutable std::mutex mu_;
+  mutable Floats floats_;
   int64_t numel_ = 0;
   mutable std::once_flag widened_;
   mutable std::atomic<bool> widened_flag_{false};

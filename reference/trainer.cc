@@ -59,8 +59,8 @@ void RecordAll(core::Trace* trace, const std::vector<core::TraceKey>& keys,
     shared[k] = trace->SourceRecord(keys[k], [&](const core::RecordValue& t) {
       if (t.dtype() != core::DTypeOf<T>() || t.shape() != info->shape) return false;
       if constexpr (std::is_same_v<T, float>) {
-        if (const float* f = t.floats()) {
-          return std::memcmp(f, data, static_cast<size_t>(t.numel()) * sizeof(float)) == 0;
+        if (const core::RecordValue::Floats f = t.floats()) {
+          return std::memcmp(f->data(), data, static_cast<size_t>(t.numel()) * sizeof(float)) == 0;
         }
       }
       return core::WidenedBitwiseEqual(data, t.tensor().data);

@@ -278,6 +278,7 @@ TEST(TraceShare, Float32RecordsAreHeldAsFloatsAndReadAsTheirDoubles) {
   for (size_t k = 0; k < seen.size(); ++k) readers.emplace_back([&, k] { seen[k] = &held.tensor(); });
   for (auto& r : readers) r.join();
   EXPECT_TRUE(held.widened());
+  EXPECT_EQ(held.floats(), nullptr);  // released: a widened value costs what a Tensor does
   for (const Tensor* t : seen) EXPECT_EQ(t, seen[0]);
   EXPECT_TRUE(core::BitwiseEqual(*seen[0], widened));
   EXPECT_TRUE(core::BitwiseEqual(held, widened));  // (and still so once widened)
