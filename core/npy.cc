@@ -129,7 +129,18 @@ int64_t DataBytes(const std::vector<int64_t>& shape, int bytes) {
 
 }  // namespace
 
-Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) {
+namespace {
+
+// Where a .npy image's data lies and what it holds, from its first bytes (magic, version, header).
+struct NpyLayout {
+  NpyHeader header;
+  const NpyType* type = nullptr;
+  size_t data_offset = 0;  // preamble + header
+  int64_t data_bytes = 0;  // what the header's shape and dtype need
+};
+
+// Reads the layout from `bytes`, the image or at least its first data_offset bytes. Errors as ParseNpy's.
+Status ParseNpyLayout(const std::string& bytes, const std::string& name, NpyLayout* out) {
   if (bytes.size() < kMagicLen || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0) {
     return Status::Invalid(name + ": not a .npy file (bad magic; expected \\x93NUMPY, as written by numpy.save)");
   }
@@ -148,31 +159,45 @@ Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) 
     return Status::Io(name + ": truncated: header length says " + std::to_string(header_len) + " bytes, file has " +
                       std::to_string(bytes.size() - preamble));
   }
-  NpyHeader h;
-  Status st = ParseNpyHeader(bytes.substr(preamble, header_len), &h);
+  Status st = ParseNpyHeader(bytes.substr(preamble, header_len), &out->header);
   if (!st.ok()) return st.Prefixed(name);
-  const NpyType* type = FindType(h.descr);
-  if (type == nullptr) return DTypeError(name, h.descr);
-  if (h.fortran_order) {
+  out->type = FindType(out->header.descr);
+  if (out->type == nullptr) return DTypeError(name, out->header.descr);
+  if (out->header.fortran_order) {
     return Status::Invalid(name + ": fortran_order is True (a Fortran-ordered array); ddpcheck reads C order — save "
                            "np.ascontiguousarray(arr) instead");
   }
-  int64_t need = DataBytes(h.shape, type->bytes);
-  if (need < 0) return Status::Invalid(name + ": shape " + ShapeString(h.shape) + " is too large");
-  size_t have = bytes.size() - preamble - header_len;
-  if (have < static_cast<size_t>(need)) {
-    return Status::Io(name + ": truncated: header says shape " + ShapeString(h.shape) + " " + type->numpy_name + " = " +
-                      std::to_string(need) + " bytes of data, file has " + std::to_string(have));
+  out->data_bytes = DataBytes(out->header.shape, out->type->bytes);
+  if (out->data_bytes < 0) return Status::Invalid(name + ": shape " + ShapeString(out->header.shape) + " is too large");
+  out->data_offset = preamble + header_len;
+  return Status::Ok();
+}
+
+// OK when `have` bytes of data are what the layout needs; else why not (truncated, or bytes after the data).
+Status CheckDataSize(const NpyLayout& l, uint64_t have, const std::string& name) {
+  const auto need = static_cast<uint64_t>(l.data_bytes);
+  const std::string said = "header says shape " + ShapeString(l.header.shape) + " " + l.type->numpy_name + " = " +
+                           std::to_string(need) + " bytes";
+  if (have < need) return Status::Io(name + ": truncated: " + said + " of data, file has " + std::to_string(have));
+  if (have > need) {  // (QA round 16: 1 GiB appended after the data was read and accepted)
+    return Status::Invalid(name + ": " + std::to_string(have - need) + " bytes after the data (its " + said +
+                           "): not one array as np.save writes it; save it again");
   }
-  if (have > static_cast<size_t>(need)) {  // (QA round 16: 1 GiB appended after the data was read and accepted)
-    return Status::Invalid(name + ": " + std::to_string(have - static_cast<size_t>(need)) + " bytes after the data (its "
-                           "header says shape " + ShapeString(h.shape) + " " + type->numpy_name + " = " +
-                           std::to_string(need) + " bytes): not one array as np.save writes it; save it again");
-  }
-  Tensor t(type->dtype, h.shape, {});
-  int64_t numel = NumelOf(h.shape);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) {
+  NpyLayout l;
+  DDPCHECK_RETURN_IF_ERROR(ParseNpyLayout(bytes, name, &l));
+  const NpyType* type = l.type;
+  DDPCHECK_RETURN_IF_ERROR(CheckDataSize(l, bytes.size() - l.data_offset, name));
+  Tensor t(type->dtype, l.header.shape, {});
+  int64_t numel = NumelOf(l.header.shape);
   t.data.resize(static_cast<size_t>(numel));
-  const unsigned char* p = u + preamble + header_len;
+  auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  const unsigned char* p = u + l.data_offset;
   for (int64_t i = 0; i < numel; ++i) {
     double v = Decode(p + i * type->bytes, *type);
     int64_t exact = type->dtype == DType::kInt64 ? static_cast<int64_t>(LoadLittleEndian(p + i * type->bytes, 8)) : 0;
@@ -187,6 +212,21 @@ Status ParseNpy(const std::string& bytes, const std::string& name, Tensor* out) 
 }
 
 Status ReadNpy(const std::string& path, Tensor* out) {
+  // The header first: a file whose size is not what its header says (cut short, or bytes after the data) is refused
+  // before its data is read (QA round 16: a file of 1 GiB was read whole to be refused).
+  constexpr size_t kHead = 64 * 1024;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kHead) {
+    std::string head(kHead, '\0');
+    std::ifstream in(path, std::ios::binary);
+    if (in && in.read(head.data(), static_cast<std::streamsize>(kHead))) {
+      NpyLayout l;
+      if (ParseNpyLayout(head, path, &l).ok()) {  // (else: read whole, and ParseNpy says why)
+        DDPCHECK_RETURN_IF_ERROR(CheckDataSize(l, size - l.data_offset, path));
+      }
+    }
+  }
   std::string bytes;
   DDPCHECK_RETURN_IF_ERROR(ReadFileToString(path, &bytes));
   return ParseNpy(bytes, path, out);

@@ -361,6 +361,15 @@ Status ReadRecord(const nlohmann::json& r, const Trace::NpyLoader& load, const s
   return Status::Ok();
 }
 
+// A float32 value of a model's size as a run holds it (core::RecordValue, floats), when every value is a float
+// (a .npy of float32 always; an edited index's inline values need not be): nullptr otherwise.
+std::shared_ptr<const RecordValue> AsFloats(const Tensor& t) {
+  if (t.dtype != DType::kFloat32 || t.numel() < Trace::kShareMin) return nullptr;
+  std::vector<float> f(t.data.begin(), t.data.end());
+  if (!WidenedBitwiseEqual(f.data(), t.data)) return nullptr;
+  return std::make_shared<const RecordValue>(t.shape, std::move(f));
+}
+
 Status ReadEvent(const nlohmann::json& e, const std::string& where, TraceEvent* ev) {
   JsonObject o;
   DDPCHECK_RETURN_IF_ERROR(JsonObject::Open(e, where, {"step", "rank", "checkpoint", "kind", "message"}, &o));
@@ -473,12 +482,17 @@ Status Trace::FromIndex(const nlohmann::json& index, const std::string& path, co
     TraceKey key;
     Tensor value;
     DDPCHECK_RETURN_IF_ERROR(ReadRecord(records[i], load, JsonPath("/records", i), &key, &value).Prefixed(path));
-    if (t.Find(key)) {  // (the writer writes each key once: a second one would silently replace the first)
+    if (t.FindValue(key)) {  // (the writer writes each key once: a second one would silently replace the first)
       return Status::Invalid(fmt::format("{}: {}: a second record of step {}, {}, tensor {}, rank {}", path,
                                          JsonPath("/records", i), key.step, CheckpointName(key.checkpoint), key.tensor,
                                          key.rank));
     }
-    t.Add(key, std::move(value));
+    if (auto held = AsFloats(value)) {
+      value = Tensor();
+      t.Add(key, std::move(held));
+    } else {
+      t.Add(key, std::move(value));
+    }
   }
   for (size_t i = 0; i < events.size(); ++i) {
     TraceEvent ev;

@@ -151,6 +151,28 @@ TEST(ReadNpy, RefusesBytesAfterTheData) {
   EXPECT_NE(st.message().find("x.npy: 3 bytes after the data"), std::string::npos) << st.message();
 }
 
+// The header is judged before the data is read: a file of 1.5 GiB (sparse) whose header promises a few bytes is
+// refused for its bytes after the data, not read whole (nor refused only for its size).
+TEST(ReadNpy, JudgesTheSizeFromTheHeaderBeforeReadingTheData) {
+  TempDir dir;
+  WriteFile(dir.File("big.npy"), ReadFile(Fixture("v1_f4.npy")));
+  const auto small = std::filesystem::file_size(dir.File("big.npy"));
+  std::filesystem::resize_file(dir.File("big.npy"), uintmax_t{3} << 29);
+  Tensor t;
+  Status st = ReadNpy(dir.File("big.npy"), &t);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("big.npy: " + std::to_string((uintmax_t{3} << 29) - small) + " bytes after the data"),
+            std::string::npos) << st.message();
+  // Cut short past the first 64 KiB: the same message as a small file's.
+  std::vector<int64_t> shape = {100000};
+  ASSERT_TRUE(WriteNpy(dir.File("cut.npy"), Tensor(DType::kFloat32, shape, std::vector<double>(100000, 1.5))).ok());
+  std::filesystem::resize_file(dir.File("cut.npy"), 300000);
+  st = ReadNpy(dir.File("cut.npy"), &t);
+  EXPECT_EQ(st.code(), Code::kIo);
+  EXPECT_NE(st.message().find("cut.npy: truncated: header says shape (100000) float32 = 400000 bytes of data, file has "),
+            std::string::npos) << st.message();
+}
+
 TEST(ReadNpy, ReportsAMissingFileAsNotFound) {
   Tensor t;
   Status st = ReadNpy("/nonexistent/x.npy", &t);

@@ -119,6 +119,26 @@ TEST(TraceShare, TheRankNamedIsTheOneThatDiffersFromMostRanks) {
   }
 }
 
+// A float32 record whose values are not all floats (an edited index's inline values) is read as they are, not
+// narrowed.
+TEST(TraceShare, AReadFloat32RecordIsHeldAsFloatsOnlyWhereEveryValueIsOne) {
+  testing::TempDir dir;
+  const int64_t n = Trace::kShareMin;
+  nlohmann::json values = nlohmann::json::array();
+  for (int64_t i = 0; i < n; ++i) values.push_back(i == 7 ? 0.1 : 0.5 * static_cast<double>(i));  // 0.1: no float
+  nlohmann::json index = {{"format", "ddpcheck-trace"}, {"version", 1}, {"meta", nlohmann::json::object()},
+                          {"records", {{{"step", 0}, {"checkpoint", "params"}, {"tensor", "w"}, {"rank", 0},
+                                        {"dtype", "float32"}, {"shape", {n}}, {"values", values}}}},
+                          {"events", nlohmann::json::array()}};
+  testing::WriteFile(dir.File("index.json"), index.dump());
+  Trace back;
+  ASSERT_TRUE(Trace::Read(dir.path(), &back).ok());
+  const core::RecordValue* v = back.FindValue({0, Checkpoint::kParams, "w", 0});
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->floats(), nullptr);
+  EXPECT_EQ(v->tensor().data[7], 0.1);
+}
+
 TEST(TraceShare, SmallValuesAreCopiedNotCompared) {
   Trace t;
   t.Add(Key(0), Ramp(8));
@@ -141,6 +161,9 @@ TEST(TraceShare, AWrittenTraceStoresASharedValueOnceAndReadsItBackShared) {
   Trace back;
   ASSERT_TRUE(Trace::Read(dir.path(), &back).ok());
   ASSERT_EQ(back.records().size(), t.records().size());
+  for (const auto& [key, v] : back.records()) {  // float32 values read back as floats, as a run holds them
+    EXPECT_NE(v.value().floats(), nullptr) << key.ToString();
+  }
   for (const auto& [key, v] : t.records()) {
     ASSERT_NE(back.Find(key), nullptr) << key.ToString();
     EXPECT_TRUE(core::BitwiseEqual(*back.Find(key), *v)) << key.ToString();
