@@ -232,6 +232,48 @@ Status ReadNpy(const std::string& path, Tensor* out) {
   return ParseNpy(bytes, path, out);
 }
 
+namespace {
+
+// Magic, version and header of a .npy image, padded so that the data starts at a multiple of kAlign.
+std::string NpyPrefix(const NpyHeader& h) {
+  std::string header = FormatNpyHeader(h);
+  size_t preamble = kMagicLen + 2 + 2;
+  int major = 1;
+  size_t padded = (preamble + header.size() + 1 + kAlign - 1) / kAlign * kAlign - preamble;
+  if (padded > 65535) {
+    major = 2;
+    preamble += 2;
+    padded = (preamble + header.size() + 1 + kAlign - 1) / kAlign * kAlign - preamble;
+  }
+  header.append(padded - header.size() - 1, ' ');
+  header.push_back('\n');
+  std::string out(kMagic, kMagicLen);
+  out.push_back(static_cast<char>(major));
+  out.push_back(0);
+  StoreLittleEndian(header.size(), major == 1 ? 2 : 4, &out);
+  out += header;
+  return out;
+}
+
+}  // namespace
+
+Status EncodeNpyFloats(const std::vector<int64_t>& shape, const std::vector<float>& values, std::string* bytes) {
+  if (NumelOf(shape) != static_cast<int64_t>(values.size())) {
+    return Status::Invalid("cannot write a tensor of shape " + ShapeString(shape) + " holding " +
+                           std::to_string(values.size()) + " values");
+  }
+  NpyHeader h;
+  h.shape = shape;
+  h.descr = "<f4";
+  std::string out = NpyPrefix(h);
+  const size_t at = out.size();
+  out.resize(at + values.size() * sizeof(float));
+  static_assert(std::endian::native == std::endian::little, "a .npy '<f4' is the host's float bytes");
+  if (!values.empty()) std::memcpy(out.data() + at, values.data(), values.size() * sizeof(float));
+  *bytes = std::move(out);
+  return Status::Ok();
+}
+
 Status EncodeNpy(const Tensor& t, std::string* bytes) {
   for (int64_t d : t.shape) {
     if (d < 0) return Status::Invalid("cannot write shape " + ShapeString(t.shape) + ": negative size");
@@ -251,22 +293,7 @@ Status EncodeNpy(const Tensor& t, std::string* bytes) {
     case DType::kInt64: h.descr = "<i8"; size = 8; break;
     case DType::kInt32: h.descr = "<i4"; size = 4; break;
   }
-  std::string header = FormatNpyHeader(h);
-  size_t preamble = kMagicLen + 2 + 2;
-  int major = 1;
-  size_t padded = (preamble + header.size() + 1 + kAlign - 1) / kAlign * kAlign - preamble;
-  if (padded > 65535) {
-    major = 2;
-    preamble += 2;
-    padded = (preamble + header.size() + 1 + kAlign - 1) / kAlign * kAlign - preamble;
-  }
-  header.append(padded - header.size() - 1, ' ');
-  header.push_back('\n');
-  std::string out(kMagic, kMagicLen);
-  out.push_back(static_cast<char>(major));
-  out.push_back(0);
-  StoreLittleEndian(header.size(), major == 1 ? 2 : 4, &out);
-  out += header;
+  std::string out = NpyPrefix(h);
   out.reserve(out.size() + t.data.size() * static_cast<size_t>(size));
   for (size_t i = 0; i < t.data.size(); ++i) {
     double v = t.data[i];

@@ -32,6 +32,8 @@ Status WriteNpy(const std::string& path, const Tensor& t);
 
 // The .npy image WriteNpy would write.
 Status EncodeNpy(const Tensor& t, std::string* bytes);
+// The same for float32 values held as floats (a trace's compact record): bitwise EncodeNpy of their Tensor.
+Status EncodeNpyFloats(const std::vector<int64_t>& shape, const std::vector<float>& values, std::string* bytes);
 
 // OK when t.shape equals `expected`, where an expected -1 matches any size; otherwise InvalidArgument
 // "<what>: expected shape (N, 8), got (64, 9)" (N printed for -1).

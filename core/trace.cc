@@ -242,25 +242,26 @@ Status Trace::EncodeTo(const std::function<Status(const std::string& name, std::
   nlohmann::json index = {{"format", kFormat}, {"version", kFormatVersion}, {"meta", meta}};
   nlohmann::json records = nlohmann::json::array();
   int file_no = 0;
-  std::map<const Tensor*, std::string> written;  // a value ranks share is one file
+  std::map<const RecordValue*, std::string> written;  // a value ranks share is one file
   for (const auto& [key, shared] : records_) {
-    const Tensor& t = *shared;
+    const RecordValue& t = shared.value();  // (a value held as floats is written from them, not widened)
     nlohmann::json r = {{"step", key.step},
                         {"checkpoint", CheckpointName(key.checkpoint)},
                         {"tensor", key.tensor},
                         {"rank", key.rank},
-                        {"dtype", DTypeName(t.dtype)},
-                        {"shape", t.shape}};
+                        {"dtype", DTypeName(t.dtype())},
+                        {"shape", t.shape()}};
     if (t.numel() <= kInlineMax) {
       nlohmann::json values = nlohmann::json::array();
-      for (double v : t.data) values.push_back(EncodeValue(v));
+      for (double v : t.tensor().data) values.push_back(EncodeValue(v));
       r["values"] = std::move(values);
     } else if (auto w = written.find(&t); w != written.end()) {
       r["file"] = w->second;
     } else {
       std::string file = "t" + std::to_string(file_no++) + ".npy";
       std::string bytes;
-      Status st = EncodeNpy(t, &bytes);
+      const RecordValue::Floats floats = t.floats();
+      Status st = floats ? EncodeNpyFloats(t.shape(), *floats, &bytes) : EncodeNpy(t.tensor(), &bytes);
       if (!st.ok()) return st.Prefixed(file);
       DDPCHECK_RETURN_IF_ERROR(sink(file, std::move(bytes)));
       r["file"] = file;

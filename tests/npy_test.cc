@@ -173,6 +173,21 @@ TEST(ReadNpy, JudgesTheSizeFromTheHeaderBeforeReadingTheData) {
             std::string::npos) << st.message();
 }
 
+// A trace's record held as floats is written from them: the same bytes as its Tensor's image.
+TEST(EncodeNpy, FloatsHeldAsFloatsWriteTheTensorsImage) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 700}, std::vector<int64_t>{0}, std::vector<int64_t>{5}}) {
+    std::vector<float> f(static_cast<size_t>(NumelOf(shape)));
+    for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * -0.37f + 1e-39f;
+    if (f.size() > 2) f[1] = -0.0f, f[2] = std::nanf("");
+    std::string a, b;
+    ASSERT_TRUE(EncodeNpyFloats(shape, f, &a).ok());
+    ASSERT_TRUE(EncodeNpy(Tensor(DType::kFloat32, shape, std::vector<double>(f.begin(), f.end())), &b).ok());
+    EXPECT_EQ(a, b) << ShapeString(shape);
+  }
+  std::string bytes;
+  EXPECT_FALSE(EncodeNpyFloats({2, 2}, std::vector<float>(3), &bytes).ok());
+}
+
 TEST(ReadNpy, ReportsAMissingFileAsNotFound) {
   Tensor t;
   Status st = ReadNpy("/nonexistent/x.npy", &t);
