@@ -307,7 +307,9 @@ Status LoadGroup(const TorchDumpRank& r, DumpTensorFiles& tensors, const nlohman
                  bool same_dtype = false, const std::string& where = "") {
   for (const auto& [name, file] : files.items()) {
     Tensor t;
-    DDPCHECK_RETURN_IF_ERROR(tensors.Read(file.get<std::string>(), &t));
+    if (Status st = tensors.Read(file.get<std::string>(), &t); !st.ok()) {  // said with where the index names it
+      return where.empty() ? st : Status(st.code(), st.message() + " (index.json " + JsonPath(where, name) + ")");
+    }
     const auto p = params ? params->find(name) : ParamTable::const_iterator();
     if (params && p != params->end() && (t.shape != p->second.shape || (same_dtype && p->second.dtype &&
                                                                         t.dtype != *p->second.dtype))) {
@@ -734,15 +736,17 @@ Status ReadRank(const std::string& dir, int rank, TorchDumpRank* r, const nlohma
                    Tensor::Scalar(st.at("loss").get<double>(), dt));
       }
       trace->Add({s, Checkpoint::kLr, "lr", rank}, Tensor::Scalar(st.at("lr").get<double>()));
-      if (st.contains("forward_buffers")) {
-        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "", trace));
-      }
       const std::string at = JsonPath("/steps", i);
+      if (st.contains("forward_buffers")) {
+        DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("forward_buffers"), s, Checkpoint::kForwardBuffers, "",
+                                           trace, nullptr, false, JsonPath(at, "forward_buffers")));
+      }
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("grads"), s, Checkpoint::kReduced, "", trace, &params,
                                          true, JsonPath(at, "grads")));
       DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("params"), s, Checkpoint::kParams, "", trace, &params,
                                          true, JsonPath(at, "params")));
-      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace));
+      DDPCHECK_RETURN_IF_ERROR(LoadGroup(*r, tensors, st.at("buffers"), s, Checkpoint::kBuffers, "", trace, nullptr,
+                                         false, JsonPath(at, "buffers")));
       // A normalisation statistic keeps its shape through the run (QA round 15: a 0-d or empty running_mean in a
       // step's forward buffers compared as nothing and passed); other buffers may be reassigned (a cache).
       for (const auto& [key, c] : {std::pair{"forward_buffers", Checkpoint::kForwardBuffers},

@@ -579,6 +579,7 @@ TEST(BadRecordedInput, IndexesThatContradictThemselvesExit2OrSayWhatWasNotChecke
       const testing::CliResult o = testing::RunCli("torch-compare -q '" + dir.File("g") + "'");
       EXPECT_EQ(o.exit_code, 2) << o.err;
       EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+      if (ref == "/dev/zero") EXPECT_NE(o.err.find("(index.json /init/0.weight)"), std::string::npos) << o.err;  // where
     }
   }
   {  // a report path that would overwrite the dump's own index: refused, the index untouched; a new file there is fine
