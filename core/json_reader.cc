@@ -59,17 +59,37 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
                            std::to_string(kMaxJsonDepth) + " levels of arrays and objects");
   }
   // A key twice in one object: the parser keeps the last silently, so an edited file could hide a value (QA round
-  // 16: a dump index with "steps" twice passed on the second). Named, with the object's pointer-less key.
-  std::vector<std::set<std::string>> keys;
-  std::string twice;
+  // 16: a dump index with "steps" twice passed on the second). Named with its JSON pointer: each open object or
+  // array is a frame holding its keys so far, or the index of the element being read.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;
+    std::string key;
+    std::set<std::string> keys;
+  };
+  std::vector<Frame> frames;
+  std::string twice, twice_at;
+  const auto element_done = [&] {
+    if (!frames.empty() && frames.back().array) ++frames.back().index;
+  };
   const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      keys.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == json::parse_event_t::key && !keys.empty() && twice.empty() && parsed.is_string() &&
-               !keys.back().insert(parsed.get_ref<const std::string&>()).second) {
-      twice = parsed.get<std::string>();
+    switch (event) {
+      case json::parse_event_t::object_start: frames.push_back(Frame{}); break;
+      case json::parse_event_t::array_start: frames.push_back(Frame{true}); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        element_done();
+        break;
+      case json::parse_event_t::value: element_done(); break;  // (primitives only: containers end above)
+      case json::parse_event_t::key:
+        if (frames.empty() || !parsed.is_string()) break;
+        frames.back().key = parsed.get<std::string>();
+        if (twice.empty() && !frames.back().keys.insert(frames.back().key).second) {
+          twice = frames.back().key;
+          for (const Frame& f : frames) twice_at = f.array ? JsonPath(twice_at, f.index) : JsonPath(twice_at, f.key);
+        }
+        break;
     }
     return true;
   };
@@ -99,8 +119,8 @@ Status ParseJsonText(const std::string& text, const std::string& name, json* out
                            (close == std::string::npos ? what : what.substr(close + 2)) + " (numbers must fit a double)");
   }
   if (!twice.empty()) {
-    return Status::Invalid(name + ": an object holds the key " + json(twice).dump() + " twice (JSON keeps only the "
-                           "last): an edited file? keep one");
+    return Status::Invalid(name + ": " + twice_at + ": the key " + json(twice).dump() + " is in its object twice (JSON "
+                           "keeps only the last): an edited file? keep one");
   }
   return Status::Ok();
 }

@@ -513,8 +513,17 @@ TEST(LoadScenario, RefusesAKeyTwiceInOneObject) {
   Scenario s;
   Status st = LoadScenario(dir.File("s.json"), &s);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
-  EXPECT_EQ(st.message(), dir.File("s.json") + ": an object holds the key \"samples\" twice (JSON keeps only the "
-                                               "last): an edited file? keep one");
+  EXPECT_EQ(st.message(), dir.File("s.json") + ": /data/samples: the key \"samples\" is in its object twice (JSON "
+                                               "keeps only the last): an edited file? keep one");
+  // Named by its pointer through arrays and objects before it (their elements counted, nested ones included).
+  WriteFile(dir.File("s.json"), "{\"model\": [{\"type\": \"relu\", \"x\": [1, {\"a\": 2}, [3]]}, {\"type\": "
+                                "\"linear\", \"in\": 2, \"in\": 3}], \"world\": 2}");
+  st = LoadScenario(dir.File("s.json"), &s);
+  EXPECT_EQ(st.message().rfind(dir.File("s.json") + ": /model/1/in: the key \"in\"", 0), 0u) << st.message();
+  // The same key in two objects is fine (refused, if at all, for something else).
+  WriteFile(dir.File("s.json"), "{\"a\": {\"k\": 1}, \"b\": {\"k\": 2}}");
+  st = LoadScenario(dir.File("s.json"), &s);
+  EXPECT_EQ(st.message().find("twice"), std::string::npos) << st.message();
 }
 
 TEST(LoadScenario, ReportsAMissingScenarioFileAsNotFound) {
