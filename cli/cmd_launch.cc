@@ -25,6 +25,7 @@
 
 #include "cli/command.h"
 #include "cli/launch_ranks.h"
+#include "core/file.h"
 #include "core/scenario.h"
 #include "harness/run_id.h"
 
@@ -89,21 +90,9 @@ int Run(const LaunchArgs& a) {
   // PATH as execvp does.
   if (a.command[0] != "ddpcheck") {
     const std::string& prog = a.command[0];
-    bool found = false;
-    if (prog.find('/') != std::string::npos) {
-      found = ::access(prog.c_str(), X_OK) == 0 && !std::filesystem::is_directory(prog);
-    } else {
-      const char* path = std::getenv("PATH");
-      std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-      for (size_t b = 0; !found && b <= dirs.size();) {
-        size_t e = dirs.find(':', b);
-        if (e == std::string::npos) e = dirs.size();
-        const std::string dir = e > b ? dirs.substr(b, e - b) : ".";
-        const std::string cand = dir + "/" + prog;
-        found = ::access(cand.c_str(), X_OK) == 0 && !std::filesystem::is_directory(cand);
-        b = e + 1;
-      }
-    }
+    const bool found = prog.find('/') != std::string::npos
+                           ? core::IsExecutable(prog)
+                           : !core::FindInPath(prog, "/usr/local/bin:/usr/bin:/bin").empty();
     if (!found) {
       return Fail("launch", core::Status::Invalid(prog + ": no such program, or not executable" +
                                                   (prog.find('/') == std::string::npos ? std::string(" (looked in PATH)")

@@ -43,8 +43,7 @@ Scenario OracleScenario(const Scenario& s) {
   o.faults.clear();
   o.sampler.uneven_split = UnevenSplit(s);
   o.global_batch_mean = s.global_batch_mean || ScenarioHasFault(s, "uneven-shard-mean");
-  for (size_t k = 0; k < s.faults.size(); ++k) {
-    const auto& f = s.faults[k];
+  for (const auto& f : s.faults) {
     if (f.name != "unused-param" && f.name != "different-forward-path") continue;
     int layer = -1;  // the last Linear with in == out, as ScenarioForRank picks it
     for (size_t i = 0; i < s.model.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,24 @@ std::string IoErrorText(int err, const std::string& doing, const std::string& pa
   if (err == ENOSPC) return "disk full " + doing + " " + name + " (" + path + ": " + std::strerror(err) + ")";
   if (err == EDQUOT) return "disk quota exceeded " + doing + " " + name + " (" + path + ": " + std::strerror(err) + ")";
   return path + ": " + doing + " failed: " + std::strerror(err);
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string FindInPath(const std::string& name, const std::string& unset_path) {
+  const char* env = std::getenv("PATH");
+  const std::string dirs = env ? env : unset_path;
+  for (size_t b = 0; b <= dirs.size();) {
+    size_t e = dirs.find(':', b);
+    if (e == std::string::npos) e = dirs.size();
+    const std::string candidate = (e > b ? dirs.substr(b, e - b) : std::string(".")) + "/" + name;
+    if (IsExecutable(candidate)) return candidate;
+    b = e + 1;
+  }
+  return "";
 }
 
 std::string ShownPath(const std::string& path) {

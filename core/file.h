@@ -33,4 +33,10 @@ Status WriteStringToFile(const std::string& path, const std::string& text);
 // (<path>: No space left on device)" for ENOSPC, else "<path>: writing failed: <strerror>".
 std::string IoErrorText(int err, const std::string& doing, const std::string& path);
 
+// True when `path` is a regular file (symlinks followed) this process may execute.
+bool IsExecutable(const std::string& path);
+// The first executable `name` in $PATH's folders as execvp looks (an empty entry is "."), or "" when there is none;
+// `unset_path` stands for PATH when it is not set.
+std::string FindInPath(const std::string& name, const std::string& unset_path);
+
 }  // namespace ddpcheck::core

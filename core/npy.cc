@@ -127,10 +127,6 @@ int64_t DataBytes(const std::vector<int64_t>& shape, int bytes) {
   return n;
 }
 
-}  // namespace
-
-namespace {
-
 // Where a .npy image's data lies and what it holds, from its first bytes (magic, version, header).
 struct NpyLayout {
   NpyHeader header;

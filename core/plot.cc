@@ -1,9 +1,9 @@
 #include "core/plot.h"
+#include "core/file.h"
 #include "core/svg_pack.h"
 
 #include <fcntl.h>
 #include <spawn.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,11 +29,6 @@ namespace {
 constexpr const char* kMissing =
     "gnuplot not found: the HTML report draws its plots with gnuplot. Install the Debian package gnuplot-nox "
     "(apt-get install gnuplot-nox, or scripts/setup.sh), or point DDPCHECK_GNUPLOT at a gnuplot executable";
-
-bool IsExecutable(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
 
 // A temp folder removed on scope exit.
 class ScratchDir {
@@ -104,17 +99,8 @@ Status FindGnuplot(std::string* path) {
     }
     return Status::NotFound(std::string(kMissing) + " (DDPCHECK_GNUPLOT=" + env + " is not an executable)");
   }
-  const char* env_path = std::getenv("PATH");
-  std::stringstream dirs(env_path ? env_path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/gnuplot";
-    if (IsExecutable(candidate)) {
-      *path = candidate;
-      return Status::Ok();
-    }
-  }
-  return Status::NotFound(kMissing);
+  *path = FindInPath("gnuplot", "/usr/bin:/bin");
+  return path->empty() ? Status::NotFound(kMissing) : Status::Ok();
 }
 
 std::string InlineSvg(const std::string& svg, const std::string& id_prefix) {

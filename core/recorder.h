@@ -32,11 +32,7 @@ class StepRecorder {
   void RecordSpan(Checkpoint c, const std::string& name, ConstSpan src, const std::vector<int64_t>& shape) const {
     if (!trace_) return;
     const TraceKey key{step_, c, name, rank_};
-    if (src.numel < Trace::kShareMin) {
-      trace_->Add(key, replica_->Memory().ToHost(src, shape));
-      return;
-    }
-    if (trace_->AddTwin(key, [&](const RecordValue& t) {
+    if (src.numel >= Trace::kShareMin && trace_->AddTwin(key, [&](const RecordValue& t) {
           if (t.shape() != shape) return false;
           if (const RecordValue::Floats f = t.floats()) {
             return replica_->Memory().SameAsHostFloats(src, f->data(), t.numel());
@@ -45,7 +41,7 @@ class StepRecorder {
         })) {
       return;
     }
-    if (src.dtype == DType::kFloat32) {
+    if (Trace::HeldAsFloats(src.dtype, src.numel)) {
       trace_->Add(key, std::make_shared<const RecordValue>(shape, replica_->Memory().ToHostFloats(src)));
     } else {
       trace_->Add(key, replica_->Memory().ToHost(src, shape));

@@ -120,9 +120,7 @@ bool BitwiseEqual(const RecordValue& a, const RecordValue& b) {
   if (fa && fb) {
     return a.numel() == 0 || std::memcmp(fa->data(), fb->data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
   }
-  if (fa) return WidenedBitwiseEqual(fa->data(), b.tensor().data);
-  if (fb) return WidenedBitwiseEqual(fb->data(), a.tensor().data);
-  return BitwiseEqual(a.tensor(), b.tensor());
+  return fa ? BitwiseEqual(a, b.tensor()) : BitwiseEqual(b, a.tensor());  // one held as floats at most
 }
 
 bool BitwiseEqual(const RecordValue& a, const Tensor& b) {

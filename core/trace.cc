@@ -365,7 +365,7 @@ Status ReadRecord(const nlohmann::json& r, const Trace::NpyLoader& load, const s
 // A float32 value of a model's size as a run holds it (core::RecordValue, floats), when every value is a float
 // (a .npy of float32 always; an edited index's inline values need not be): nullptr otherwise.
 std::shared_ptr<const RecordValue> AsFloats(const Tensor& t) {
-  if (t.dtype != DType::kFloat32 || t.numel() < Trace::kShareMin) return nullptr;
+  if (!Trace::HeldAsFloats(t.dtype, t.numel())) return nullptr;
   std::vector<float> f(t.data.begin(), t.data.end());
   if (!WidenedBitwiseEqual(f.data(), t.data)) return nullptr;
   return std::make_shared<const RecordValue>(t.shape, std::move(f));

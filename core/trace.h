@@ -139,6 +139,10 @@ class Trace {
 
   static constexpr int64_t kInlineMax = 64;
   static constexpr int64_t kShareMin = 1024;
+  // Whether a value of this dtype and size is recorded as floats (RecordValue): float32 of a model's size.
+  static constexpr bool HeldAsFloats(DType dtype, int64_t numel) {
+    return dtype == DType::kFloat32 && numel >= kShareMin;
+  }
 
  private:
   // Write and Encode: every file to `sink` (the .npy files as they are made, index.json last).

@@ -39,7 +39,7 @@ Tensor ToTensor(const T* data, const core::ParamInfo& info, core::DType dtype) {
 template <typename T>
 std::shared_ptr<const core::RecordValue> ToRecord(const T* data, const core::ParamInfo& info) {
   if constexpr (std::is_same_v<T, float>) {
-    if (info.numel() >= core::Trace::kShareMin)
+    if (core::Trace::HeldAsFloats(core::DTypeOf<T>(), info.numel()))
       return std::make_shared<const core::RecordValue>(info.shape, std::vector<float>(data, data + info.numel()));
   }
   return std::make_shared<const core::RecordValue>(ToTensor(data, info, core::DTypeOf<T>()));
