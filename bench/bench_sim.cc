@@ -6,7 +6,8 @@
 // SimOptions::progress; step time = (end of step warmup+steps - end of step warmup) / steps, so setup (replicas,
 // rendezvous, DDP construction and its broadcasts, the bucket rebuild of the 2nd step) and thread teardown are
 // excluded. Every step ends with an all-reduce, so rank 0's clock paces the world. `reps` independent runs;
-// the median is reported.
+// the median is reported, with the process's CPU time per timed step (cpu_ms: every rank thread and Gloo's
+// event loop; cpu_ms / step_ms is how many of the cores the step kept busy).
 //
 // With --floor it times instead the same step at W = 1 as a bare loop on the sim's BLAS (bench/step_floor.h),
 // the least the sim's step could take: {"impl": "floor", ...}.
@@ -15,6 +16,7 @@
 // prints one JSON line: {"impl": "sim/gloo", "hidden": 56, "params": 9576, "world": 4, ..., "step_ms": 0.41}
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -118,8 +120,20 @@ core::Scenario MlpScenario(const Args& a, int64_t steps) {
   return s;
 }
 
+// The process's CPU time (every rank thread and Gloo's event loop), seconds.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+struct StepTimes {
+  double wall = 0;  // seconds per timed step
+  double cpu = 0;   // process CPU seconds per timed step
+};
+
 // Steady-state seconds per step of one RunSim of `warmup + steps` steps (data materialised beforehand).
-double StepSeconds(const Args& a) {
+StepTimes StepSeconds(const Args& a) {
   const int64_t total = a.warmup + a.steps;
   core::Scenario s = MlpScenario(a, total);
   core::Status st = core::ValidateScenario(s);
@@ -130,6 +144,7 @@ double StepSeconds(const Args& a) {
   }
   using Clock = std::chrono::steady_clock;
   Clock::time_point warm, end;
+  double cpu_warm = 0, cpu_end = 0;
   sim::SimOptions opts;
   opts.comm = a.comm;
   opts.record = false;
@@ -137,8 +152,14 @@ double StepSeconds(const Args& a) {
   opts.gloo_direct_allreduce_bytes = a.direct_bytes;
   opts.run_id = "bench";
   opts.progress = [&](int64_t done, int64_t) {
-    if (done == a.warmup) warm = Clock::now();
-    if (done == total) end = Clock::now();
+    if (done == a.warmup) {
+      warm = Clock::now();
+      cpu_warm = ProcessCpuSeconds();
+    }
+    if (done == total) {
+      end = Clock::now();
+      cpu_end = ProcessCpuSeconds();
+    }
   };
   core::Trace trace;
   core::Status finding;
@@ -147,28 +168,38 @@ double StepSeconds(const Args& a) {
     std::fprintf(stderr, "RunSim failed: %s %s\n", st.ToString().c_str(), finding.ToString().c_str());
     std::exit(1);
   }
-  return std::chrono::duration<double>(end - warm).count() / static_cast<double>(a.steps);
+  const double steps = static_cast<double>(a.steps);
+  return {std::chrono::duration<double>(end - warm).count() / steps, (cpu_end - cpu_warm) / steps};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = ParseArgs(argc, argv);
-  std::vector<double> per_step;
+  std::vector<double> per_step, cpu_per_step;
   for (int r = 0; r < a.reps; ++r) {
-    per_step.push_back(a.floor ? bench::FloorStepSeconds(a.hidden, a.batch, a.warmup, a.steps) : StepSeconds(a));
+    if (a.floor) {
+      per_step.push_back(bench::FloorStepSeconds(a.hidden, a.batch, a.warmup, a.steps));
+      cpu_per_step.push_back(per_step.back());  // one thread, never waiting
+    } else {
+      const StepTimes t = StepSeconds(a);
+      per_step.push_back(t.wall);
+      cpu_per_step.push_back(t.cpu);
+    }
   }
   std::sort(per_step.begin(), per_step.end());
+  std::sort(cpu_per_step.begin(), cpu_per_step.end());
   const double median = per_step[per_step.size() / 2];
+  const double cpu_median = cpu_per_step[cpu_per_step.size() / 2];
   const int64_t params = 3 * (a.hidden * a.hidden + a.hidden);
   const std::string impl = a.floor ? "floor" : "sim/" + a.comm;
   std::printf(
       "{\"impl\": \"%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
       "\"reps\": %d, \"fingerprints\": %s, \"direct_allreduce_bytes\": %lld, \"blas\": \"%s\", \"step_ms\": %.4f, "
-      "\"min_ms\": %.4f, \"max_ms\": %.4f}\n",
+      "\"min_ms\": %.4f, \"max_ms\": %.4f, \"cpu_ms\": %.4f}\n",
       impl.c_str(), static_cast<long long>(a.hidden), static_cast<long long>(params), a.floor ? 1 : a.world,
       static_cast<long long>(a.batch), static_cast<long long>(a.steps), a.reps, a.fingerprints ? "true" : "false",
       static_cast<long long>(a.direct_bytes), ref::BlasBackend().c_str(), median * 1e3, per_step.front() * 1e3,
-      per_step.back() * 1e3);
+      per_step.back() * 1e3, cpu_median * 1e3);
   return 0;
 }

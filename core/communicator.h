@@ -26,6 +26,13 @@ class Communicator {
   // out.numel == in.numel * world; rank r's contribution lands at out[r * in.numel ...].
   virtual Status AllGather(ConstSpan in, Span out, const std::string& what) = 0;
   virtual Status Barrier(const std::string& what) = 0;
+  // Starts a SUM all-reduce that may still be running when the call returns (DDP's bucket all-reduces,
+  // overlapped with the rest of the backward as ProcessGroupGloo's work queue does); `buf` must stay untouched
+  // until WaitPending() returns. Collectives still run in the order they were issued: every other call waits
+  // for the started ones first. Its failure is returned here or by WaitPending. Default: runs it at once.
+  virtual Status StartAllReduceSum(Span buf, const std::string& what) { return AllReduceSum(buf, what); }
+  // Waits for every all-reduce StartAllReduceSum started; returns the first failure among them (once).
+  virtual Status WaitPending() { return Status::Ok(); }
 
   virtual void SetTimeout(std::chrono::milliseconds timeout) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;

@@ -17,6 +17,11 @@ Reducer::Reducer(Replica* replica, Communicator* comm, const DdpSpec& spec)
   slot_of_.assign(n, -1);
 }
 
+Reducer::~Reducer() {
+  // A bucket buffer an unfinished backward's all-reduce still writes is freed with the replica; wait for it.
+  if (comm_) (void)comm_->WaitPending();
+}
+
 void Reducer::SetBuckets(const std::vector<std::vector<int>>& layout) {
   const auto& infos = replica_->ParamInfos();
   layout_ = layout;
@@ -142,7 +147,7 @@ void Reducer::LaunchReadyBuckets() {
     if (faults_.drop_bucket == index) continue;  // drop-bucket@R: this rank never issues the all-reduce
     const std::string what = "allreduce bucket " + std::to_string(index) + " (step " +
                              std::to_string(rec_ ? rec_->step() : 0) + ")";
-    status_ = comm_->AllReduceSum(b.buffer, what);
+    status_ = comm_->StartAllReduceSum(b.buffer, what);  // may run while the backward goes on
   }
 }
 
@@ -170,6 +175,8 @@ Status Reducer::FinishBackward() {
     }
   }
   LaunchReadyBuckets();
+  const Status pending = comm_->WaitPending();  // every launched bucket reduced (or failed)
+  if (status_.ok()) status_ = pending;
   DDPCHECK_RETURN_IF_ERROR(status_);
 
   std::vector<double> global_used(n, 1.0);

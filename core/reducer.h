@@ -1,7 +1,9 @@
 // Reducer: DDP's gradient buckets during one backward (torch/csrc/distributed/c10d/reducer.cpp, SEMANTICS.md 3).
 //   MarkReady(i) is the autograd hook: the gradient is copied into its bucket slot multiplied by fl(1/W)
 //   (true division by W when the grad already aliases the bucket: gradient_as_bucket_view after the first
-//   synced backward); a bucket whose slots are all written is SUM-all-reduced at once, in bucket order.
+//   synced backward); a bucket whose slots are all written is SUM-all-reduced at once, in bucket order
+//   (Communicator::StartAllReduceSum: over Gloo a large bucket's all-reduce runs while the backward goes on,
+//   and FinishBackward waits for it, as torch's reducer waits for its futures).
 //   FinishBackward marks unused parameters (find_unused_parameters), all-reduces the used-map, and copies the
 //   reduced buckets back into the grads. Parameters that never became ready with find_unused_parameters=False
 //   leave the reduction unfinished: their buckets are not reduced (the grads stay local) and the next forward
@@ -34,6 +36,10 @@ struct ReducerFaults {
 class Reducer {
  public:
   Reducer(Replica* replica, Communicator* comm, const DdpSpec& spec);
+  // Waits for the all-reduces of its buckets still running (a backward that never finished).
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
 
   // Before SetBuckets: whether a grad's storage may become its bucket slot (default true).
   void set_share_grad_storage(bool share) { share_grad_storage_ = share; }

@@ -67,6 +67,7 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::rendezvous::Store> stor
       run_id_(std::move(run_id)) {}
 
 GlooCommunicator::~GlooCommunicator() {
+  queue_.WaitIdle();  // a started all-reduce uses the context and buffers closed below
   // Receives for the next direct exchange stay posted between collectives, and the device's event-loop thread
   // may still write a peer's bytes into them (a peer ahead of a rank that failed) or signal them an error (a
   // peer closing its sockets) while this thread frees them. Close every pair first (under each pair's own
@@ -232,7 +233,21 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
   return broken_;
 }
 
+Status GlooCommunicator::StartAllReduceSum(core::Span buf, const std::string& what) {
+  // The direct exchange is one short round: queueing it would cost more than it could overlap.
+  if (world_ == 1 || buf.numel == 0 || !Reducible(buf.dtype) || FitsDirect(buf.bytes())) return AllReduceSum(buf, what);
+  queue_.Start([this, buf, what] { return AllReduceSumNow(buf, what); });
+  return Status::Ok();
+}
+
+Status GlooCommunicator::WaitPending() { return queue_.Wait(); }
+
 Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
+  DDPCHECK_RETURN_IF_ERROR(queue_.Wait());
+  return AllReduceSumNow(buf, what);
+}
+
+Status GlooCommunicator::AllReduceSumNow(core::Span buf, const std::string& what) {
   if (!Reducible(buf.dtype)) {
     return Status::Invalid("gloo allreduce '" + what + "': dtype " + core::DTypeName(buf.dtype) +
                            " is not supported (float32, float64, int32, int64)");
@@ -261,6 +276,7 @@ Status GlooCommunicator::AllReduceSum(core::Span buf, const std::string& what) {
 }
 
 Status GlooCommunicator::Broadcast(core::Span buf, int root, const std::string& what) {
+  DDPCHECK_RETURN_IF_ERROR(queue_.Wait());  // the started all-reduces first, in order
   if (root < 0 || root >= world_) {
     return Status::Invalid("gloo broadcast '" + what + "': root " + std::to_string(root) + " is not a rank of world " +
                            std::to_string(world_));
@@ -280,6 +296,7 @@ Status GlooCommunicator::Broadcast(core::Span buf, int root, const std::string& 
 }
 
 Status GlooCommunicator::AllGather(core::ConstSpan in, core::Span out, const std::string& what) {
+  DDPCHECK_RETURN_IF_ERROR(queue_.Wait());  // the started all-reduces first, in order
   if (out.dtype != in.dtype || out.numel != in.numel * world_) {
     return Status::Invalid("gloo allgather '" + what + "': out must be " + std::to_string(in.numel * world_) + " " +
                            core::DTypeName(in.dtype) + " (in.numel * world), got " + std::to_string(out.numel) +
@@ -300,6 +317,7 @@ Status GlooCommunicator::AllGather(core::ConstSpan in, core::Span out, const std
 }
 
 Status GlooCommunicator::Barrier(const std::string& what) {
+  DDPCHECK_RETURN_IF_ERROR(queue_.Wait());  // the started all-reduces first, in order
   CollectiveRecord rec{0, CollectiveOp::kBarrier, 0, core::DType::kFloat32, -1, what};
   std::function<void()> body;
   if (world_ > 1) {

@@ -14,7 +14,9 @@
 // never arrives is reported as a Status::Timeout naming it and what it entered last, and ranks that enter
 // different collectives get a Status::Mismatch naming both, instead of a hang or garbage. After a timeout or
 // peer failure the Gloo context is unusable: every later call returns the same error code, saying so. Not
-// thread-safe: one thread per rank.
+// thread-safe: one thread per rank. An all-reduce too large for the direct exchange, started with
+// StartAllReduceSum, runs on the rank's collective thread (CollectiveQueue) while the rank goes on; every
+// other call waits for it first, so the ranks' collectives keep their order.
 #pragma once
 
 #include <array>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "sim/collective_queue.h"
 #include "sim/communicator_fingerprint.h"
 #include "sim/flight_recorder.h"
 #include "sim/peer_watch.h"
@@ -63,6 +66,8 @@ class GlooCommunicator final : public core::Communicator {
   core::Status Broadcast(core::Span buf, int root, const std::string& what) override;
   core::Status AllGather(core::ConstSpan in, core::Span out, const std::string& what) override;
   core::Status Barrier(const std::string& what) override;
+  core::Status StartAllReduceSum(core::Span buf, const std::string& what) override;
+  core::Status WaitPending() override;
 
   // The end of this rank's run, before the communicator closes: marks it in the store and, with
   // wait_for_peers (a rank that ran to its end), waits up to the timeout, ending early when a peer is lost,
@@ -70,7 +75,10 @@ class GlooCommunicator final : public core::Communicator {
   // what a slower rank has not yet read of the last collective. Never fails: the run's collectives are over.
   void FinishRun(bool wait_for_peers);
 
-  void SetTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void SetTimeout(std::chrono::milliseconds timeout) override {
+    queue_.WaitIdle();  // the started all-reduces keep the timeout they started with; a failure stays for WaitPending
+    timeout_ = timeout;
+  }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   std::string name() const override { return "gloo"; }
 
@@ -104,6 +112,8 @@ class GlooCommunicator final : public core::Communicator {
   };
   // Records, exchanges fingerprints (with `direct`'s payload) and verifies them, then runs `body` (the Gloo
   // calls); turns every exception into a Status.
+  // The all-reduce itself, on the calling thread (AllReduceSum waits for the started ones first).
+  core::Status AllReduceSumNow(core::Span buf, const std::string& what);
   core::Status Run(CollectiveRecord record, const std::function<void()>& body, const DirectPayload* direct = nullptr);
   // A direct exchange's message size at most: the fingerprint and up to ~1 MiB / W of payload (the same on
   // every rank, so every rank posts receives of this size).
@@ -150,6 +160,8 @@ class GlooCommunicator final : public core::Communicator {
   bool verify_fingerprints_ = true;
   bool record_ = true;
   core::Status broken_;  // the first failure; OK while usable
+  // The started all-reduces. The destructor waits for them before it closes anything they use.
+  CollectiveQueue queue_;
 };
 
 }  // namespace ddpcheck::sim

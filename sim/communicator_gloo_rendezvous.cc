@@ -173,6 +173,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
 }
 
 void GlooCommunicator::FinishRun(bool wait_for_peers) {
+  queue_.WaitIdle();  // this rank's last collective has run before it says it is done
   try {
     store_->set(run_id_ + "/finished/" + std::to_string(rank_), {'1'});
     if (!wait_for_peers) return;

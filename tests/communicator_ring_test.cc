@@ -84,6 +84,24 @@ std::vector<T> MixedMagnitudes(std::mt19937_64& rng, int64_t n) {
   return v;
 }
 
+// Every rank's all-reduced copy (out[r]) holds GlooRingSum of the ranks' inputs, bit for bit.
+template <typename T>
+void ExpectRingSums(const std::vector<std::vector<T>>& inputs, const std::vector<std::vector<T>>& out,
+                    const std::string& what) {
+  const auto n = static_cast<int64_t>(inputs.front().size());
+  std::vector<const void*> in;
+  for (const auto& v : inputs) in.push_back(v.data());
+  std::vector<T> model(static_cast<size_t>(n));
+  ASSERT_TRUE(GlooRingSum(in, n, core::DTypeOf<T>(), model.data()));
+  for (size_t r = 0; r < out.size(); ++r) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      differ += std::memcmp(&model[static_cast<size_t>(i)], &out[r][static_cast<size_t>(i)], sizeof(T)) != 0;
+    }
+    EXPECT_EQ(differ, 0) << what << " rank " << r;
+  }
+}
+
 // direct = false: every all-reduce runs gloo::allreduce (the library's own ring), so this checks the model
 // against the library; direct = true: small ones run GlooCommunicator's one-round direct exchange.
 template <typename T>
@@ -114,19 +132,9 @@ void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct 
     finished.arrive_and_wait();
   });
   for (size_t k = 0; k < sizes.size(); ++k) {
-    std::vector<const void*> in;
-    for (const auto& v : inputs[k]) in.push_back(v.data());
-    std::vector<T> model(static_cast<size_t>(sizes[k]));
-    ASSERT_TRUE(GlooRingSum(in, sizes[k], core::DTypeOf<T>(), model.data()));
-    for (int r = 0; r < world; ++r) {
-      int64_t differ = 0;
-      for (int64_t i = 0; i < sizes[k]; ++i) {
-        differ += std::memcmp(&model[static_cast<size_t>(i)], &gloo_out[k][static_cast<size_t>(r)][static_cast<size_t>(i)],
-                              sizeof(T)) != 0;
-      }
-      EXPECT_EQ(differ, 0) << "W=" << world << " n=" << sizes[k] << " rank " << r << " sizeof " << sizeof(T)
-                           << (direct ? " (direct)" : " (gloo::allreduce)");
-    }
+    ExpectRingSums(inputs[k], gloo_out[k], "W=" + std::to_string(world) + " n=" + std::to_string(sizes[k]) +
+                                               " sizeof " + std::to_string(sizeof(T)) +
+                                               (direct ? " (direct)" : " (gloo::allreduce)"));
   }
 }
 
@@ -153,6 +161,75 @@ TEST(GlooCommunicator, DirectAllReduceIsBitwiseGloosRing) {
 TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseWhenSegmentsAreCappedAtOneMiB) {
   CheckAgainstGloo<float>(3, {2000003});   // 9 segments of 222,223 elements
   CheckAgainstGloo<double>(2, {1000003});  // 8,000,024 bytes: 8 segments
+}
+
+
+// Started all-reduces (DDP's large buckets) run on the rank's collective thread while the rank goes on; a
+// broadcast issued meanwhile waits for them, so every rank's collectives keep one order, and the sums have
+// the ring's bits.
+TEST(GlooCommunicator, StartedAllReducesKeepTheirOrderAndTheRingsBits) {
+  constexpr int kWorld = 3;
+  const std::vector<int64_t> sizes{300001, 70001, 1000};  // the last one small enough for the direct exchange
+  auto store = std::make_shared<MemoryStore>();
+  std::mt19937_64 rng(testing::TestSeed());
+  std::vector<std::vector<std::vector<float>>> inputs(sizes.size()), out(sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    for (int r = 0; r < kWorld; ++r) inputs[k].push_back(MixedMagnitudes<float>(rng, sizes[k]));
+    out[k] = inputs[k];
+  }
+  std::vector<std::vector<double>> broadcast(kWorld, std::vector<double>(5));
+  std::latch finished(kWorld);
+  testing::SpawnRanks(kWorld, [&](int rank) {
+    std::unique_ptr<GlooCommunicator> comm;
+    core::Status s = GlooCommunicator::Create(store, "started", rank, kWorld, std::chrono::milliseconds(30000), &comm);
+    for (size_t k = 0; k < sizes.size() && s.ok(); ++k) {
+      auto& buf = out[k][static_cast<size_t>(rank)];
+      s = comm->StartAllReduceSum(core::Span{buf.data(), sizes[k], DType::kFloat32}, "bucket " + std::to_string(k));
+    }
+    auto& b = broadcast[static_cast<size_t>(rank)];
+    if (rank == 1) b.assign(b.size(), 7.5);
+    if (s.ok()) s = comm->Broadcast(core::Span{b.data(), 5, DType::kFloat64}, 1, "after the buckets");
+    if (s.ok()) s = comm->WaitPending();
+    if (!s.ok()) {
+      finished.count_down();
+      throw std::runtime_error(s.ToString());
+    }
+    finished.arrive_and_wait();
+  });
+  for (size_t k = 0; k < sizes.size(); ++k) ExpectRingSums(inputs[k], out[k], "size " + std::to_string(sizes[k]));
+  for (const auto& b : broadcast) EXPECT_EQ(b, std::vector<double>(5, 7.5));
+}
+
+// Ranks that start different all-reduces learn it from WaitPending (the fingerprints differ), once; the ones
+// started after it are not run.
+TEST(GlooCommunicator, AStartedAllReduceThatDiffersIsAMismatchFromWaitPending) {
+  constexpr int kWorld = 2;
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<core::Status> first(kWorld), second(kWorld);
+  std::vector<std::vector<float>> a(kWorld, std::vector<float>(200000, 1.0f)), c(kWorld, std::vector<float>(200000, 2.0f));
+  std::latch finished(kWorld);
+  testing::SpawnRanks(kWorld, [&](int rank) {
+    std::unique_ptr<GlooCommunicator> comm;
+    core::Status s = GlooCommunicator::Create(store, "differs", rank, kWorld, std::chrono::milliseconds(30000), &comm);
+    if (!s.ok()) {
+      finished.count_down();
+      throw std::runtime_error(s.ToString());
+    }
+    auto& buf = a[static_cast<size_t>(rank)];
+    const int64_t n = rank == 0 ? 200000 : 199999;  // rank 1 reduces one element fewer
+    (void)comm->StartAllReduceSum(core::Span{buf.data(), n, DType::kFloat32}, "bucket 0");
+    auto& later = c[static_cast<size_t>(rank)];
+    (void)comm->StartAllReduceSum(core::Span{later.data(), 200000, DType::kFloat32}, "bucket 1");
+    first[static_cast<size_t>(rank)] = comm->WaitPending();
+    second[static_cast<size_t>(rank)] = comm->WaitPending();
+    finished.arrive_and_wait();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(first[static_cast<size_t>(r)].code(), core::Code::kMismatch) << first[static_cast<size_t>(r)].ToString();
+    EXPECT_NE(first[static_cast<size_t>(r)].message().find("bucket 0"), std::string::npos);
+    EXPECT_TRUE(second[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(c[static_cast<size_t>(r)], std::vector<float>(200000, 2.0f));  // bucket 1 never ran
+  }
 }
 
 }  // namespace

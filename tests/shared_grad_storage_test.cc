@@ -21,17 +21,6 @@
 namespace ddpcheck {
 namespace {
 
-std::vector<std::string> Scenarios() {
-  std::vector<std::string> paths;
-  for (const char* dir : {"/scenarios", "/scenarios/faults"}) {
-    for (const auto& f : std::filesystem::directory_iterator(std::string(testing::SourceDir()) + dir)) {
-      if (f.path().extension() == ".json") paths.push_back(f.path().string());
-    }
-  }
-  std::sort(paths.begin(), paths.end());
-  return paths;
-}
-
 core::Trace RunWorld(const core::Scenario& s, bool share) {
   sim::SimOptions opts;
   opts.comm = "local";
@@ -64,7 +53,7 @@ void ExpectSame(const core::Trace& shared, const core::Trace& own, const std::st
 
 TEST(SharedGradStorage, EveryScenarioRecordsTheSameBitsWithTheGradsInTheirBuckets) {
   size_t runs = 0;
-  for (const std::string& path : Scenarios()) {
+  for (const std::string& path : testing::ShippedScenarioPaths()) {
     core::Scenario base;
     ASSERT_TRUE(core::LoadScenario(path, &base).ok()) << path;
     ASSERT_TRUE(core::MaterializeData(&base).ok()) << path;

@@ -1,5 +1,6 @@
 #include "tests/test_util.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,17 @@ void WriteFile(const std::string& path, const std::string& content) {
 const char* GoldenDir() { return DDPCHECK_TEST_GOLDEN_DIR; }
 const char* SourceDir() { return DDPCHECK_TEST_SOURCE_DIR; }
 const char* BinaryPath() { return DDPCHECK_TEST_BINARY; }
+
+std::vector<std::string> ShippedScenarioPaths() {
+  std::vector<std::string> paths;
+  for (const char* dir : {"/scenarios", "/scenarios/faults"}) {
+    for (const auto& f : std::filesystem::directory_iterator(std::string(SourceDir()) + dir)) {
+      if (f.path().extension() == ".json") paths.push_back(f.path().string());
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
 
 CliResult RunCli(const std::string& args) {
   TempDir dir;

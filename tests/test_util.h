@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,8 @@ inline constexpr bool kSanitizerBuild = false;
 const char* GoldenDir();
 const char* SourceDir();
 const char* BinaryPath();
+// Every shipped scenario: scenarios/*.json and scenarios/faults/*.json, sorted.
+std::vector<std::string> ShippedScenarioPaths();
 
 // Runs fn(rank) on `world` threads and rethrows the first exception (lowest rank first) after all joined.
 void SpawnRanks(int world, const std::function<void(int rank)>& fn);
