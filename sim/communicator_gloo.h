@@ -96,7 +96,8 @@ class GlooCommunicator final : public core::Communicator {
   // the same value.
   void SetDirectAllReduceBytes(int64_t bytes) { direct_allreduce_bytes_ = bytes; }
   static constexpr int64_t kDefaultDirectAllReduceBytes = 256 * 1024;
-  // Collectives issued so far (the sequence number of the last one).
+  // Collectives issued so far (the sequence number of the last one); started all-reduces count once they run:
+  // read it after WaitPending.
   int64_t sequence() const { return seq_; }
 
  private:
