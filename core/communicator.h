@@ -29,7 +29,10 @@ class Communicator {
   // Starts a SUM all-reduce that may still be running when the call returns (DDP's bucket all-reduces,
   // overlapped with the rest of the backward as ProcessGroupGloo's work queue does); `buf` must stay untouched
   // until WaitPending() returns. Collectives still run in the order they were issued: every other call waits
-  // for the started ones first. Its failure is returned here or by WaitPending. Default: runs it at once.
+  // for the started ones first. A failure is returned here when known at once, and (once) by the rank's next
+  // call: WaitPending, or a collective, which then does not run; all-reduces started after it do not run
+  // either. So a rank whose bucket all-reduce failed issues nothing more in that backward, whichever
+  // communicator runs it and however large the bucket. Default: runs it at once (no such bookkeeping).
   virtual Status StartAllReduceSum(Span buf, const std::string& what) { return AllReduceSum(buf, what); }
   // Waits for every all-reduce StartAllReduceSum started; returns the first failure among them (once).
   virtual Status WaitPending() { return Status::Ok(); }

@@ -24,6 +24,17 @@ void CollectiveQueue::Start(std::function<core::Status()> job) {
   cv_.notify_all();
 }
 
+core::Status CollectiveQueue::RunHere(const std::function<core::Status()>& job) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return jobs_.empty() && !running_; });
+  if (!failure_.ok()) return core::Status::Ok();
+  lock.unlock();
+  core::Status st = job();
+  lock.lock();
+  if (!st.ok()) failure_ = st;
+  return st;
+}
+
 core::Status CollectiveQueue::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return jobs_.empty() && !running_; });

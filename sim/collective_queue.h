@@ -23,6 +23,9 @@ class CollectiveQueue {
   ~CollectiveQueue();
 
   void Start(std::function<core::Status()> job);
+  // Runs `job` on the calling thread, in order after the started ones, with their bookkeeping: not run after
+  // a failure (returns OK), and its own failure is returned here and kept for the next Wait().
+  core::Status RunHere(const std::function<core::Status()>& job);
   core::Status Wait();
   // Blocks like Wait() but keeps the failure for the next Wait().
   void WaitIdle();

@@ -234,8 +234,11 @@ Status GlooCommunicator::Failure(const CollectiveRecord& record, std::chrono::st
 }
 
 Status GlooCommunicator::StartAllReduceSum(core::Span buf, const std::string& what) {
-  // The direct exchange is one short round: queueing it would cost more than it could overlap.
-  if (world_ == 1 || buf.numel == 0 || !Reducible(buf.dtype) || FitsDirect(buf.bytes())) return AllReduceSum(buf, what);
+  // The direct exchange is one short round: queueing it would cost more than it could overlap. It runs here,
+  // with the queue's bookkeeping (a failure is returned again by the next call; nothing runs after it).
+  if (world_ == 1 || buf.numel == 0 || !Reducible(buf.dtype) || FitsDirect(buf.bytes())) {
+    return queue_.RunHere([&] { return AllReduceSumNow(buf, what); });
+  }
   queue_.Start([this, buf, what] { return AllReduceSumNow(buf, what); });
   return Status::Ok();
 }

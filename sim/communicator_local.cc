@@ -17,6 +17,7 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank
 int LocalCommunicator::world() const { return world_->world(); }
 
 Status LocalCommunicator::Enter(CollectiveRecord record, const void* in, void* out) {
+  if (!pending_.ok()) return std::exchange(pending_, Status::Ok());  // a started all-reduce failed: not run
   record.seq = ++seq_;
   LocalWorld::Arrival arrival{std::move(record), in, out, verify_fingerprints_};
   return world_->Meet(rank_, arrival, timeout_);
@@ -31,6 +32,15 @@ Status LocalCommunicator::AllReduceSum(core::Span buf, const std::string& what) 
   }
   return Enter({0, CollectiveOp::kAllReduce, buf.numel, d, -1, what}, buf.data, buf.data);
 }
+
+Status LocalCommunicator::StartAllReduceSum(core::Span buf, const std::string& what) {
+  if (!pending_.ok()) return Status::Ok();  // not run after a started all-reduce that failed
+  const Status st = AllReduceSum(buf, what);
+  if (!st.ok()) pending_ = st;
+  return st;
+}
+
+Status LocalCommunicator::WaitPending() { return std::exchange(pending_, Status::Ok()); }
 
 Status LocalCommunicator::Broadcast(core::Span buf, int root, const std::string& what) {
   if (root < 0 || root >= world()) {

@@ -32,6 +32,10 @@ class LocalCommunicator final : public core::Communicator {
   core::Status Broadcast(core::Span buf, int root, const std::string& what) override;
   core::Status AllGather(core::ConstSpan in, core::Span out, const std::string& what) override;
   core::Status Barrier(const std::string& what) override;
+  // Runs at once, with GlooCommunicator's bookkeeping (core/communicator.h): a failure is returned here and
+  // again, once, by the next call, which then does not run.
+  core::Status StartAllReduceSum(core::Span buf, const std::string& what) override;
+  core::Status WaitPending() override;
 
   void SetTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
@@ -50,6 +54,7 @@ class LocalCommunicator final : public core::Communicator {
   std::chrono::milliseconds timeout_;
   int64_t seq_ = 0;
   bool verify_fingerprints_ = true;
+  core::Status pending_;  // a started all-reduce's failure, not yet returned by a later call
 };
 
 }  // namespace ddpcheck::sim

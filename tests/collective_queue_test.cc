@@ -76,6 +76,25 @@ TEST(CollectiveQueue, ItsEndRunsTheJobsItStillHolds) {
   EXPECT_EQ(ran.load(), 5);
 }
 
+TEST(CollectiveQueue, RunHereRunsAfterTheStartedOnesWithTheirBookkeeping) {
+  CollectiveQueue queue;
+  std::vector<int> ran;
+  queue.Start([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ran.push_back(0);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(queue.RunHere([&] { ran.push_back(1); return Status::Ok(); }).ok());  // after job 0
+  EXPECT_EQ(ran, (std::vector<int>{0, 1}));
+  const Status failed = queue.RunHere([&] { ran.push_back(2); return Status::Mismatch("small bucket"); });
+  EXPECT_EQ(failed.code(), core::Code::kMismatch);  // returned at once...
+  EXPECT_TRUE(queue.RunHere([&] { ran.push_back(3); return Status::Ok(); }).ok());  // ...nothing runs after it...
+  queue.Start([&] { ran.push_back(4); return Status::Ok(); });
+  EXPECT_EQ(queue.Wait().message(), "small bucket");  // ...and it is returned again, once, by the next Wait
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(queue.Wait().ok());
+}
+
 TEST(CollectiveQueue, WaitWithNothingStartedReturnsAtOnce) {
   CollectiveQueue queue;
   EXPECT_TRUE(queue.Wait().ok());

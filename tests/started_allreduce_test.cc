@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "core/fault_spec.h"
 #include "core/scenario.h"
 #include "core/train_loop.h"
 #include "core/trace.h"
@@ -67,6 +70,59 @@ TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGlooAsAllReducedAtOnce) {
     ++runs;
   }
   EXPECT_GE(runs, 25u);
+}
+
+// A rank that skips a bucket's all-reduce and goes on to its SyncBatchNorm's collective (drop-bucket at step 2,
+// QA round 18): the other ranks' bucket all-reduce meets that collective and every rank sees the mismatch at
+// the same collective. A rank whose started all-reduce failed then issues nothing more in that backward, so no
+// rank waits out the timeout in the next collective, over Gloo (the bucket started on the collective thread, or
+// a small one run at once) as over the in-memory communicator.
+TEST(StartedAllReduce, AFailedBucketAllReduceEndsTheBackwardOnEveryCommunicatorAlike) {
+  for (int width : {512, 32}) {  // 1 MiB buckets (started), 4 KiB ones (the direct exchange, at once)
+    nlohmann::json j = {
+        {"name", "drop-bucket-syncbn"},
+        {"model", nlohmann::json::array({{{"type", "linear"}, {"in", 64}, {"out", width}},
+                                         {{"type", "syncbatchnorm1d"}, {"features", width}},
+                                         {{"type", "relu"}},
+                                         {{"type", "linear"}, {"in", width}, {"out", width}},
+                                         {{"type", "relu"}},
+                                         {{"type", "linear"}, {"in", width}, {"out", 8}}})},
+        {"loss", "mse"},
+        {"init", {{"kind", "seed"}, {"seeds", {0, 1, 2, 3}}}},
+        {"data", {{"kind", "regression"}, {"samples", 160}, {"in_features", 64}, {"out_features", 8}, {"seed", 5}}},
+        {"world", 4},
+        {"batch_size", 8},
+        {"ddp", {{"bucket_cap_mb", 1}, {"timeout_ms", 20000}}},
+        {"optimizer", {{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}},
+        {"precision", "fp32"},
+        {"epochs", 1},
+        {"steps", 4}};
+    core::Scenario s;
+    ASSERT_TRUE(core::ParseScenario(j, "drop-bucket-syncbn", "", &s).ok());
+    core::FaultSpec fault;
+    ASSERT_TRUE(core::ParseFaultSpec("drop-bucket@2:2", &fault).ok());
+    s.faults.push_back(fault);
+    ASSERT_TRUE(core::MaterializeData(&s).ok());
+    for (const std::string comm : {"gloo", "local"}) {
+      sim::SimOptions opts;
+      opts.comm = comm;
+      opts.timeout = std::chrono::milliseconds(20000);  // a rank that waited it out would take 20 s
+      opts.run_id = "drop-bucket-syncbn-" + comm + std::to_string(width);
+      core::Trace trace;
+      const auto start = std::chrono::steady_clock::now();
+      ASSERT_TRUE(sim::RunSim(s, opts, &trace).ok());
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, 10.0) << comm << " width " << width << ": some rank waited for a timeout";
+      std::vector<int> ranks;
+      for (const auto& e : trace.events()) {
+        EXPECT_EQ(e.kind, "ddp_error") << comm << " width " << width << ": " << e.message;
+        EXPECT_NE(e.message.find("collective #33 "), std::string::npos) << comm << " width " << width << ": " << e.message;
+        ranks.push_back(e.rank);
+      }
+      std::sort(ranks.begin(), ranks.end());
+      EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3})) << comm << " width " << width;
+    }
+  }
 }
 
 }  // namespace
