@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,8 @@ TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGlooAsAllReducedAtOnce) {
 // QA round 18): the other ranks' bucket all-reduce meets that collective and every rank sees the mismatch at
 // the same collective. A rank whose started all-reduce failed then issues nothing more in that backward, so no
 // rank waits out the timeout in the next collective, over Gloo (the bucket started on the collective thread, or
-// a small one run at once) as over the in-memory communicator.
+// a small one run at once) as over the in-memory communicator; and the diagnosis names drop-bucket, though the
+// dropping rank's next collective is an all-reduce too.
 TEST(StartedAllReduce, AFailedBucketAllReduceEndsTheBackwardOnEveryCommunicatorAlike) {
   for (int width : {512, 32}) {  // 1 MiB buckets (started), 4 KiB ones (the direct exchange, at once)
     nlohmann::json j = {
@@ -121,6 +123,13 @@ TEST(StartedAllReduce, AFailedBucketAllReduceEndsTheBackwardOnEveryCommunicatorA
       }
       std::sort(ranks.begin(), ranks.end());
       EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3})) << comm << " width " << width;
+      // The pattern is named though the dropping rank's next collective is an all-reduce too (the SyncBN's).
+      testing::TempDir dir;
+      std::ofstream(dir.File("s.json")) << j.dump();
+      const testing::CliResult r =
+          testing::RunCli("run " + dir.File("s.json") + " --fault drop-bucket@2:2 -q --comm " + comm);
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_NE(r.out.find("matches 'drop-bucket'"), std::string::npos) << comm << " width " << width << ": " << r.out;
     }
   }
 }
