@@ -26,7 +26,7 @@ void CollectiveQueue::Start(std::function<core::Status()> job) {
 
 core::Status CollectiveQueue::RunHere(const std::function<core::Status()>& job) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return jobs_.empty() && !running_; });
+  WaitIdleLocked(lock);
   if (!failure_.ok()) return core::Status::Ok();
   lock.unlock();
   core::Status st = job();
@@ -37,12 +37,16 @@ core::Status CollectiveQueue::RunHere(const std::function<core::Status()>& job) 
 
 core::Status CollectiveQueue::Wait() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return jobs_.empty() && !running_; });
+  WaitIdleLocked(lock);
   return std::exchange(failure_, core::Status::Ok());
 }
 
 void CollectiveQueue::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
+  WaitIdleLocked(lock);
+}
+
+void CollectiveQueue::WaitIdleLocked(std::unique_lock<std::mutex>& lock) {
   cv_.wait(lock, [this] { return jobs_.empty() && !running_; });
 }
 

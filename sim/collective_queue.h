@@ -32,6 +32,7 @@ class CollectiveQueue {
 
  private:
   void Loop();
+  void WaitIdleLocked(std::unique_lock<std::mutex>& lock);
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,5 @@
 #include "sim/communicator_local.h"
 
-#include <utility>
-
 #include "core/check.h"
 
 namespace ddpcheck::sim {
@@ -17,7 +15,7 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank
 int LocalCommunicator::world() const { return world_->world(); }
 
 Status LocalCommunicator::Enter(CollectiveRecord record, const void* in, void* out) {
-  if (!pending_.ok()) return std::exchange(pending_, Status::Ok());  // a started all-reduce failed: not run
+  DDPCHECK_RETURN_IF_ERROR(queue_.Wait());  // a started all-reduce failed: returned once, this one not run
   record.seq = ++seq_;
   LocalWorld::Arrival arrival{std::move(record), in, out, verify_fingerprints_};
   return world_->Meet(rank_, arrival, timeout_);
@@ -34,13 +32,10 @@ Status LocalCommunicator::AllReduceSum(core::Span buf, const std::string& what) 
 }
 
 Status LocalCommunicator::StartAllReduceSum(core::Span buf, const std::string& what) {
-  if (!pending_.ok()) return Status::Ok();  // not run after a started all-reduce that failed
-  const Status st = AllReduceSum(buf, what);
-  if (!st.ok()) pending_ = st;
-  return st;
+  return queue_.RunHere([&] { return AllReduceSum(buf, what); });
 }
 
-Status LocalCommunicator::WaitPending() { return std::exchange(pending_, Status::Ok()); }
+Status LocalCommunicator::WaitPending() { return queue_.Wait(); }
 
 Status LocalCommunicator::Broadcast(core::Span buf, int root, const std::string& what) {
   if (root < 0 || root >= world()) {

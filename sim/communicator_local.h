@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/communicator.h"
+#include "sim/collective_queue.h"
 #include "sim/communicator_local_world.h"
 #include "sim/flight_recorder.h"
 
@@ -54,7 +55,8 @@ class LocalCommunicator final : public core::Communicator {
   std::chrono::milliseconds timeout_;
   int64_t seq_ = 0;
   bool verify_fingerprints_ = true;
-  core::Status pending_;  // a started all-reduce's failure, not yet returned by a later call
+  // Started all-reduces run at once (RunHere); the queue keeps their failure for the next call.
+  CollectiveQueue queue_;
 };
 
 }  // namespace ddpcheck::sim

@@ -32,25 +32,6 @@ core::Trace RunWorld(const core::Scenario& s, bool share) {
   return trace;
 }
 
-void ExpectSame(const core::Trace& shared, const core::Trace& own, const std::string& what) {
-  ASSERT_EQ(shared.records().size(), own.records().size()) << what;
-  auto a = shared.records().begin();
-  for (auto b = own.records().begin(); b != own.records().end(); ++a, ++b) {
-    ASSERT_TRUE(!(a->first < b->first) && !(b->first < a->first)) << what;
-    EXPECT_TRUE(core::BitwiseEqual(*a->second, *b->second))
-        << what << ": step " << a->first.step << " " << core::CheckpointName(a->first.checkpoint) << " "
-        << a->first.tensor << " rank " << a->first.rank;
-  }
-  // A hang's events say which rank noticed first (thread timing, run to run): their kinds must agree.
-  auto kinds = [](const core::Trace& t) {
-    std::vector<std::string> k;
-    for (const auto& e : t.events()) k.push_back(e.kind);
-    std::sort(k.begin(), k.end());
-    return k;
-  };
-  EXPECT_EQ(kinds(shared), kinds(own)) << what;
-}
-
 TEST(SharedGradStorage, EveryScenarioRecordsTheSameBitsWithTheGradsInTheirBuckets) {
   size_t runs = 0;
   for (const std::string& path : testing::ShippedScenarioPaths()) {
@@ -72,7 +53,7 @@ TEST(SharedGradStorage, EveryScenarioRecordsTheSameBitsWithTheGradsInTheirBucket
     }
     for (const auto& [name, s] : variants) {
       const std::string what = std::filesystem::path(path).filename().string() + ", " + name;
-      ExpectSame(RunWorld(s, true), RunWorld(s, false), what);
+      testing::ExpectSameTraces(RunWorld(s, true), RunWorld(s, false), what);
       ++runs;
     }
   }

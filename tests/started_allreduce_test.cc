@@ -45,29 +45,7 @@ TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGlooAsAllReducedAtOnce) {
     ASSERT_TRUE(core::MaterializeData(&s).ok()) << path;
     s.steps = std::min<int64_t>(s.steps < 0 ? 5 : s.steps, 5);  // past the bucket rebuild (step 1)
     const std::string what = std::filesystem::path(path).filename().string();
-    const core::Trace gloo = RunWorld(s, "gloo"), local = RunWorld(s, "local");
-    std::vector<std::string> only;
-    for (const auto& [key, value] : gloo.records()) {
-      if (!local.records().count(key)) only.push_back("gloo: step " + std::to_string(key.step) + " " + key.tensor);
-    }
-    for (const auto& [key, value] : local.records()) {
-      auto it = gloo.records().find(key);
-      if (it == gloo.records().end()) {
-        only.push_back("local: step " + std::to_string(key.step) + " " + key.tensor + " rank " + std::to_string(key.rank));
-        continue;
-      }
-      EXPECT_TRUE(core::BitwiseEqual(*it->second, *value))
-          << what << ": step " << key.step << " " << core::CheckpointName(key.checkpoint) << " " << key.tensor
-          << " rank " << key.rank;
-    }
-    EXPECT_TRUE(only.empty()) << what << ": " << only.size() << " records in one trace only, first " << only.front();
-    auto kinds = [](const core::Trace& t) {
-      std::vector<std::string> k;
-      for (const auto& e : t.events()) k.push_back(e.kind);
-      std::sort(k.begin(), k.end());
-      return k;
-    };
-    EXPECT_EQ(kinds(gloo), kinds(local)) << what;
+    testing::ExpectSameTraces(RunWorld(s, "gloo"), RunWorld(s, "local"), what);
     ++runs;
   }
   EXPECT_GE(runs, 25u);

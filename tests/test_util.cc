@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -68,6 +70,24 @@ void WriteFile(const std::string& path, const std::string& content) {
 const char* GoldenDir() { return DDPCHECK_TEST_GOLDEN_DIR; }
 const char* SourceDir() { return DDPCHECK_TEST_SOURCE_DIR; }
 const char* BinaryPath() { return DDPCHECK_TEST_BINARY; }
+
+void ExpectSameTraces(const core::Trace& a, const core::Trace& b, const std::string& what) {
+  ASSERT_EQ(a.records().size(), b.records().size()) << what;
+  auto x = a.records().begin();
+  for (auto y = b.records().begin(); y != b.records().end(); ++x, ++y) {
+    ASSERT_TRUE(!(x->first < y->first) && !(y->first < x->first)) << what;
+    EXPECT_TRUE(core::BitwiseEqual(*x->second, *y->second))
+        << what << ": step " << x->first.step << " " << core::CheckpointName(x->first.checkpoint) << " "
+        << x->first.tensor << " rank " << x->first.rank;
+  }
+  auto kinds = [](const core::Trace& t) {
+    std::vector<std::string> k;
+    for (const auto& e : t.events()) k.push_back(e.kind);
+    std::sort(k.begin(), k.end());
+    return k;
+  };
+  EXPECT_EQ(kinds(a), kinds(b)) << what;
+}
 
 std::vector<std::string> ShippedScenarioPaths() {
   std::vector<std::string> paths;

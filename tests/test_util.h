@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/trace.h"
+
 namespace ddpcheck::testing {
 
 // This build (and the binary under test, built with the same flags) runs under ASan or TSan: terabytes of
@@ -27,6 +29,9 @@ inline constexpr bool kSanitizerBuild = false;
 const char* GoldenDir();
 const char* SourceDir();
 const char* BinaryPath();
+// Two traces hold the same records (keys, and every value bitwise) and the same kinds of events (which rank
+// notices a hang first varies run to run, so events are compared by kind).
+void ExpectSameTraces(const core::Trace& a, const core::Trace& b, const std::string& what);
 // Every shipped scenario: scenarios/*.json and scenarios/faults/*.json, sorted.
 std::vector<std::string> ShippedScenarioPaths();
 
