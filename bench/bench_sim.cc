@@ -43,13 +43,14 @@ struct Args {
   bool fingerprints = true;
   int64_t direct_bytes = 256 * 1024;  // GlooCommunicator's one-round all-reduce up to this size; 0: always the ring
   std::string comm = "gloo";  // "gloo" (the realistic one) | "local" (in-memory, for comparison)
+  std::string transport = "inproc";  // the Gloo pairs of the rank threads: inproc (the default) | tcp
   bool floor = false;         // time bench/step_floor.h's bare loop instead of the sim
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "ddpcheck_bench_sim: %s\nusage: ddpcheck_bench_sim [--hidden H] [--world W] [--batch B] "
-               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local] [--gloo-ring-only] [--floor]\n",
+               "[--warmup N] [--steps N] [--reps N] [--no-fingerprints] [--comm gloo|local] [--gloo-transport inproc|tcp] [--gloo-ring-only] [--floor]\n",
                why);
   std::exit(2);
 }
@@ -73,6 +74,10 @@ Args ParseArgs(int argc, char** argv) {
     if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
     if (k == "--comm") {
       a.comm = argv[++i];
+      continue;
+    }
+    if (k == "--gloo-transport") {
+      a.transport = argv[++i];
       continue;
     }
     const long long v = std::atoll(argv[++i]);
@@ -150,6 +155,7 @@ StepTimes StepSeconds(const Args& a) {
   opts.record = false;
   opts.verify_fingerprints = a.fingerprints;
   opts.gloo_direct_allreduce_bytes = a.direct_bytes;
+  opts.gloo_transport = a.transport;
   opts.run_id = "bench";
   opts.progress = [&](int64_t done, int64_t) {
     if (done == a.warmup) {
@@ -192,7 +198,7 @@ int main(int argc, char** argv) {
   const double median = per_step[per_step.size() / 2];
   const double cpu_median = cpu_per_step[cpu_per_step.size() / 2];
   const int64_t params = 3 * (a.hidden * a.hidden + a.hidden);
-  const std::string impl = a.floor ? "floor" : "sim/" + a.comm;
+  const std::string impl = a.floor ? "floor" : "sim/" + a.comm + (a.comm == "gloo" ? "/" + a.transport : "");
   std::printf(
       "{\"impl\": \"%s\", \"hidden\": %lld, \"params\": %lld, \"world\": %d, \"batch\": %lld, \"steps\": %lld, "
       "\"reps\": %d, \"fingerprints\": %s, \"direct_allreduce_bytes\": %lld, \"blas\": \"%s\", \"step_ms\": %.4f, "

@@ -104,6 +104,8 @@ def main():
     p.add_argument("--no-fingerprints", action="store_true", help="sim: skip the fingerprint allgather")
     p.add_argument("--with-local", action="store_true",
                    help="also time the sim with the in-memory LocalCommunicator (extra column, not the headline)")
+    p.add_argument("--with-tcp", action="store_true",
+                   help="also time the sim with Gloo's TCP transport between its rank threads (extra column)")
     p.add_argument("--with-ring", action="store_true",
                    help="also time the sim with every all-reduce through gloo::allreduce's ring (extra column)")
     p.add_argument("--quick", action="store_true", help="only the ~10K model at W=4 (the headline number)")
@@ -140,6 +142,8 @@ def main():
         sim_cmd = [sim_bin, *common, "--reps", "1"] + (["--no-fingerprints"] if args.no_fingerprints else [])
         torch_cmd = [sys.executable, os.path.join(HERE, "torch_ddp_step.py"), *common, "--reps", "1"]
         extras = []  # (column, extra sim flags) for the optional columns
+        if args.with_tcp:
+            extras.append(("tcp", ["--gloo-transport", "tcp"]))
         if args.with_ring:
             extras.append(("ring", ["--gloo-ring-only"]))
         if args.with_local:
@@ -162,11 +166,12 @@ def main():
               ", ".join(f"{name} {extra_ms[name]} ms" for name, _ in extras), file=sys.stderr, flush=True)
 
     names = [name for name, _ in extras]
-    notes = {"ring": "ring = the sim with every all-reduce through gloo::allreduce (no one-round direct exchange)",
+    notes = {"tcp": "tcp = the sim with Gloo's TCP transport on loopback between its rank threads",
+             "ring": "ring = the sim with every all-reduce through gloo::allreduce (no one-round direct exchange)",
              "local": "local = the sim with the in-memory LocalCommunicator"}
-    print("# sim = ddpcheck_bench_sim (sim::RunSim, Gloo communicator, record=false); torch = torch_ddp_step.py; "
+    print("# sim = ddpcheck_bench_sim (sim::RunSim, Gloo communicator, its rank threads on the in-process transport, record=false); torch = torch_ddp_step.py; "
           "speedup = torch_ms / sim_ms" + "".join("; " + notes[n] for n in names))
-    print(f"# batch {args.batch} per rank, fp32, SGD, Gloo on loopback, one thread per rank; "
+    print(f"# batch {args.batch} per rank, fp32, SGD, torch's Gloo on loopback TCP, one thread per rank; "
           f"fingerprints {'off' if args.no_fingerprints else 'on'}; medians of {args.rounds} interleaved rounds")
     extra_head = "".join(f" {n + '_ms':>10} {'speedup':>8}" for n in names)
     extra_unit = "".join(f" {'ms/step':>10} {'x':>8}" for n in names)

@@ -25,6 +25,7 @@ struct RunArgs {
   ScenarioFlags scenario;
   std::string backend = "sim";
   std::string comm = "gloo";
+  std::string gloo_transport = "inproc";  // ranks as threads over gloo: inproc | tcp
   std::string math = "auto";  // GPU backends: fp32 GEMMs as fp32 or TF32
   int64_t timeout_ms = 0;  // 0: the scenario's ddp.timeout_ms
   std::string dump_trace, dump_reference;
@@ -82,6 +83,7 @@ int Run(const RunArgs& a) {
                                            : harness::SourceKind::kSim;
   if (a.backend == "reference") opts.replay = false;  // the reference alone: its own invariants, no oracle
   opts.comm = a.comm;
+  opts.gloo_transport = a.gloo_transport;
   opts.tf32 = a.math == "tf32";
   opts.timeout = std::chrono::milliseconds(a.timeout_ms);
   opts.dump_trace = a.dump_trace;
@@ -94,10 +96,10 @@ int Run(const RunArgs& a) {
   // A large world of threads over Gloo sets up a TCP pair per two ranks before its first step: W = 256 is 32640
   // connections, minutes on a small machine with nothing on the screen (QA round 15 took it for a hang).
   constexpr int kManyGlooRanks = 128;  // (W = 128 took 36 s on 2 CPUs, 256 over a minute)
-  if (opts.got.kind == harness::SourceKind::kSim && a.comm == "gloo" && !a.rank.Active() &&
-      s.world > kManyGlooRanks && !a.reports.quiet) {
+  if (opts.got.kind == harness::SourceKind::kSim && a.comm == "gloo" && a.gloo_transport == "tcp" &&
+      !a.rank.Active() && s.world > kManyGlooRanks && !a.reports.quiet) {
     ErrLine(fmt::format("ddpcheck run: note: W={} over Gloo connects {} TCP pairs before the first step, which can take "
-                        "minutes on {} CPU(s); --comm local runs the same protocol in memory\n",
+                        "minutes on {} CPU(s); --gloo-transport inproc (the default) connects them in memory\n",
                         s.world, static_cast<int64_t>(s.world) * (s.world - 1) / 2, std::thread::hardware_concurrency()));
   }
   core::RunReport report;
@@ -132,8 +134,12 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
       ->check(CLI::IsMember({"sim", "reference", "real", "hybrid"}));
   sub->add_option("--math", args->math, "fp32 GEMMs of the GPU backends: auto (= fp32) | fp32 | tf32")
       ->check(CLI::IsMember({"auto", "fp32", "tf32"}));
-  sub->add_option("--comm", args->comm, "Collectives of the sim world: gloo (TCP) | local (in memory)")
+  sub->add_option("--comm", args->comm, "Collectives of the sim world: gloo (Gloo's collectives) | local (in memory)")
       ->check(CLI::IsMember({"gloo", "local"}));
+  sub->add_option("--gloo-transport", args->gloo_transport,
+                  "How Gloo's messages travel between the sim's rank threads: inproc (copied from buffer to buffer, "
+                  "the default) | tcp (loopback sockets, as ranks in processes use); same collectives, same bits")
+      ->check(CLI::IsMember({"inproc", "tcp"}));
   sub->add_option("--timeout-ms", args->timeout_ms, "Timeout of every collective, in ms (default: the scenario's ddp.timeout_ms, 30000)")->check(CLI::Range(int64_t{1}, core::kMaxTimeoutMs));
   sub->add_option("--dump-trace", args->dump_trace, "Write the backend's trace to this folder");
   sub->add_option("--dump-reference", args->dump_reference, "Write the reference's trace to this folder");

@@ -62,6 +62,7 @@ std::string Join(const std::vector<std::string>& parts) {
 struct TorchCompareArgs {
   std::string dump;
   std::string comm = "gloo";
+  std::string gloo_transport = "inproc";
   bool no_replay = false;
   std::string export_scenario;
   ReportFlags reports;
@@ -74,6 +75,7 @@ int Run(const TorchCompareArgs& args) {
   opts.got = {harness::SourceKind::kTorchDump, args.dump};
   opts.replay = !args.no_replay;
   opts.comm = args.comm;
+  opts.gloo_transport = args.gloo_transport;
   opts.cross_checks.push_back({harness::SourceKind::kSim, ""});  // the CPU world replays the same run
   core::RunReport report;
   core::Trace dump_trace;
@@ -138,6 +140,9 @@ std::pair<CLI::App*, RunFn> Setup(CLI::App& app) {
   sub->add_option("dump", args->dump, "Dump folder (rank<r>/index.json per rank)")->required();
   args->reports.Add(sub);
   sub->add_option("--comm", args->comm, "Communicator of the sim replay")->check(CLI::IsMember({"gloo", "local"}));
+  sub->add_option("--gloo-transport", args->gloo_transport,
+                  "How Gloo's messages travel between the replay's rank threads: inproc (default) | tcp")
+      ->check(CLI::IsMember({"inproc", "tcp"}));
   sub->add_option("--export-scenario", args->export_scenario,
                   "Write the replayed run as a scenario with the finding as a fault: `ddpcheck run FILE` reproduces "
                   "it in the CPU world");

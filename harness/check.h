@@ -50,6 +50,7 @@ struct CheckOptions {
 
   // The worlds' settings.
   std::string comm = "gloo";  // sim: gloo | local
+  std::string gloo_transport = "inproc";  // sim over gloo, ranks as threads: inproc | tcp (sim::SimOptions)
   std::chrono::milliseconds timeout{0};  // every collective's; 0: the scenario's ddp.timeout_ms
   std::string run_id = "ddpcheck";
   std::string gloo_host;

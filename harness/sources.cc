@@ -51,10 +51,12 @@ core::Status Produce(const Source& src, const core::Scenario* s, const CheckOpti
       so.timeout = opts.timeout;
       so.run_id = opts.run_id;
       so.gloo_host = opts.gloo_host;
+      so.gloo_transport = opts.gloo_transport;
       so.progress = opts.progress;
       so.record_bucket_contents = !opts.dump_trace.empty();  // only a written trace shows them
       out->name = "sim (" + opts.comm + ")";
       out->provenance["backend"] = "sim/" + opts.comm;
+      if (opts.comm == "gloo") out->provenance["gloo_transport"] = opts.gloo_transport == "tcp" ? "tcp" : "in-process";
       core::Status finding;  // also recorded as the trace's events, which Compare reads
       return sim::RunSim(*s, so, &out->trace, &finding);
     }

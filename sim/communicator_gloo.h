@@ -1,4 +1,5 @@
-// GlooCommunicator: core::Communicator over real Gloo, TCP on 127.0.0.1 (or a chosen address), one per rank.
+// GlooCommunicator: core::Communicator over real Gloo, one per rank: TCP on 127.0.0.1 (or a chosen address), or,
+// for ranks that are threads of one process, Gloo's messages copied from buffer to buffer (sim/gloo_inproc.h).
 //
 // Rendezvous goes through a gloo::rendezvous::Store: one shared sim::MemoryStore (or gloo HashStore) for
 // ranks as threads, a FileStore(dir) per process for ranks as processes. All keys live under "<run_id>/",
@@ -46,6 +47,12 @@ class Store;
 
 namespace ddpcheck::sim {
 
+// How the ranks' Gloo pairs carry their messages. Either way Gloo's own collectives run on top, unchanged.
+enum class GlooTransport {
+  kTcp,        // Gloo's TCP transport: ranks in any processes, on any hosts
+  kInProcess,  // sim/gloo_inproc.h: every rank a thread of this process; one copy per message, no sockets
+};
+
 class GlooCommunicator final : public core::Communicator {
  public:
   // Joins run `run_id` as `rank` of `world` and connects the full mesh. Every rank of the run must call it
@@ -54,9 +61,11 @@ class GlooCommunicator final : public core::Communicator {
   // timeout too), Invalid for bad arguments or a run_id already used on this store, Internal for other
   // Gloo errors. Ranks in one process share one TCP device (one event-loop thread) per `hostname`: the
   // address the device binds and advertises to peers; "" means $DDPCHECK_GLOO_HOST, else 127.0.0.1.
+  // kInProcess: every rank of the run must be a thread of this process (a peer in another process is refused
+  // when the mesh connects); `hostname` is not used.
   static core::Status Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
                              int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out,
-                             const std::string& hostname = "");
+                             const std::string& hostname = "", GlooTransport transport = GlooTransport::kTcp);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

@@ -17,6 +17,7 @@
 #include "sim/communicator_gloo.h"
 #include "sim/communicator_gloo_errors.h"
 #include "sim/flight_recorder_store.h"
+#include "sim/gloo_inproc.h"
 #include "sim/store.h"
 #include "sim/store_named.h"
 
@@ -66,7 +67,7 @@ struct MeshConnect {
 
 Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, const std::string& run_id, int rank,
                                 int world, std::chrono::milliseconds timeout, std::unique_ptr<GlooCommunicator>* out,
-                                const std::string& hostname) {
+                                const std::string& hostname, GlooTransport transport) {
   // A peer that dies closes its sockets; gloo's next write must fail with EPIPE (reported as a status naming
   // the rank), not kill this process with SIGPIPE.
   static const bool kSigpipeIgnored = [] {
@@ -123,7 +124,7 @@ Status GlooCommunicator::Create(std::shared_ptr<gloo::rendezvous::Store> store, 
     auto mesh = std::make_shared<MeshConnect>();
     mesh->context = std::make_shared<gloo::rendezvous::Context>(rank, world);
     mesh->context->setTimeout(timeout);
-    mesh->device = TcpDevice(GlooHost(hostname));
+    mesh->device = transport == GlooTransport::kInProcess ? InProcessGlooDevice() : TcpDevice(GlooHost(hostname));
     // Every rank joined, so every peer's process key is in the store: learn them now, and the watch below
     // checks the peers' processes without touching the store (which the connecting thread is using). Peers on
     // another host are watched through their heartbeats (sim/peer_watch.h), on a line of their own to the store;

@@ -83,9 +83,9 @@ core::Status EnsureOpenFilesForMesh(int world) {
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) return core::Status::Ok();
   }
   return core::Status::Invalid(fmt::format(
-      "{} ranks over Gloo (--comm gloo, the default): the ranks' full mesh of Gloo connections needs about {} open files, over this "
-      "process's limit of {} (ulimit -n; hard limit {}): raise it (ulimit -n {}), run fewer ranks, or use --comm "
-      "local (in-memory collectives)", world, need, lim.rlim_cur,
+      "{} ranks over Gloo (--comm gloo --gloo-transport tcp): the ranks' full mesh of Gloo TCP connections needs about {} open "
+      "files, over this process's limit of {} (ulimit -n; hard limit {}): raise it (ulimit -n {}), run fewer ranks, or "
+      "use --gloo-transport inproc (the default) or --comm local", world, need, lim.rlim_cur,
       lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max), need));
 }
 
@@ -95,7 +95,15 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
   SimOptions opts = options;
   if (opts.timeout.count() <= 0) opts.timeout = std::chrono::milliseconds(s.ddp.timeout_ms);
   const int world = s.world;
-  if (opts.comm == "gloo") DDPCHECK_RETURN_IF_ERROR(EnsureOpenFilesForMesh(world));
+  GlooTransport transport = GlooTransport::kInProcess;
+  if (opts.comm == "gloo") {
+    if (opts.gloo_transport == "tcp") {
+      transport = GlooTransport::kTcp;
+      DDPCHECK_RETURN_IF_ERROR(EnsureOpenFilesForMesh(world));
+    } else if (opts.gloo_transport != "inproc") {
+      return core::Status::Invalid("unknown gloo transport '" + opts.gloo_transport + "': expected inproc or tcp");
+    }
+  }
   FillMeta(s, opts, out);
   core::Trace* trace = opts.record ? out : nullptr;
   std::vector<std::unique_ptr<core::Replica>> replicas(static_cast<size_t>(world));
@@ -126,7 +134,8 @@ core::Status RunSim(const core::Scenario& s, const SimOptions& options, core::Tr
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         std::unique_ptr<GlooCommunicator>& comm = comms[static_cast<size_t>(r)];
-        core::Status st = GlooCommunicator::Create(store, opts.run_id, r, world, opts.timeout, &comm);
+        core::Status st = GlooCommunicator::Create(store, opts.run_id, r, world, opts.timeout, &comm, "",
+                                                   transport);
         if (!st.ok()) {
           if (trace) trace->AddEvent({0, r, core::Checkpoint::kInit, st.code() == core::Code::kTimeout ? "timeout" : "error", st.message()});
           results[static_cast<size_t>(r)] = st;

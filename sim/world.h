@@ -31,6 +31,10 @@ struct SimOptions {
   int64_t gloo_direct_allreduce_bytes = 256 * 1024;
   std::string run_id = "ddpcheck";
   std::string gloo_host;  // address the Gloo TCP device binds ("" = $DDPCHECK_GLOO_HOST, else 127.0.0.1)
+  // How the Gloo pairs of ranks as threads (RunSim) carry messages: "inproc" (sim/gloo_inproc.h, one copy from
+  // the sender's buffer into the receiver's) or "tcp" (loopback sockets, as ranks in processes use). Same
+  // collectives, same bits. Ranks as processes (RunSimRank) always use TCP.
+  std::string gloo_transport = "inproc";
   // Called by rank 0 after each optimizer step (done, total): a progress bar. Empty: none.
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -104,8 +104,10 @@ void ExpectRingSums(const std::vector<std::vector<T>>& inputs, const std::vector
 
 // direct = false: every all-reduce runs gloo::allreduce (the library's own ring), so this checks the model
 // against the library; direct = true: small ones run GlooCommunicator's one-round direct exchange.
+// transport: Gloo's TCP pairs, or the in-process ones of the threads world (sim/gloo_inproc.h).
 template <typename T>
-void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct = false) {
+void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct = false,
+                      GlooTransport transport = GlooTransport::kTcp) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::vector<std::vector<T>>> gloo_out(sizes.size());
   std::vector<std::vector<std::vector<T>>> inputs(sizes.size());
@@ -119,7 +121,8 @@ void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct 
   std::latch finished(world);
   testing::SpawnRanks(world, [&](int rank) {
     std::unique_ptr<GlooCommunicator> comm;
-    core::Status s = GlooCommunicator::Create(store, "ring", rank, world, std::chrono::milliseconds(30000), &comm);
+    core::Status s =
+        GlooCommunicator::Create(store, "ring", rank, world, std::chrono::milliseconds(30000), &comm, "", transport);
     if (s.ok() && !direct) comm->SetDirectAllReduceBytes(0);
     for (size_t k = 0; k < sizes.size() && s.ok(); ++k) {
       auto& buf = gloo_out[k][static_cast<size_t>(rank)];
@@ -134,16 +137,19 @@ void CheckAgainstGloo(int world, const std::vector<int64_t>& sizes, bool direct 
   for (size_t k = 0; k < sizes.size(); ++k) {
     ExpectRingSums(inputs[k], gloo_out[k], "W=" + std::to_string(world) + " n=" + std::to_string(sizes[k]) +
                                                " sizeof " + std::to_string(sizeof(T)) +
-                                               (direct ? " (direct)" : " (gloo::allreduce)"));
+                                               (direct ? " (direct)" : " (gloo::allreduce)") +
+                                               (transport == GlooTransport::kTcp ? " tcp" : " in-process"));
   }
 }
 
 TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseOnMixedMagnitudes) {
-  for (int world = 2; world <= 8; ++world) {
-    std::vector<int64_t> sizes{1, 2, 3, world - 1, world + 1, 1000, 1001, 4097, (1 << 16) + 3};
-    std::erase(sizes, 0);
-    CheckAgainstGloo<float>(world, sizes);
-    CheckAgainstGloo<double>(world, sizes);
+  for (GlooTransport transport : {GlooTransport::kTcp, GlooTransport::kInProcess}) {
+    for (int world = 2; world <= 8; ++world) {
+      std::vector<int64_t> sizes{1, 2, 3, world - 1, world + 1, 1000, 1001, 4097, (1 << 16) + 3};
+      std::erase(sizes, 0);
+      CheckAgainstGloo<float>(world, sizes, false, transport);
+      CheckAgainstGloo<double>(world, sizes, false, transport);
+    }
   }
 }
 
@@ -154,13 +160,16 @@ TEST(GlooCommunicator, DirectAllReduceIsBitwiseGloosRing) {
     std::vector<int64_t> sizes{1, 2, world - 1, world + 1, 1000, 4097, 32768, (1 << 16) + 3};
     std::erase(sizes, 0);
     CheckAgainstGloo<float>(world, sizes, /*direct=*/true);
-    CheckAgainstGloo<double>(world, sizes, /*direct=*/true);
+    CheckAgainstGloo<double>(world, sizes, /*direct=*/true, GlooTransport::kInProcess);
   }
 }
 
 TEST(GlooRingSum, MatchesTheInstalledGlooBitwiseWhenSegmentsAreCappedAtOneMiB) {
-  CheckAgainstGloo<float>(3, {2000003});   // 9 segments of 222,223 elements
-  CheckAgainstGloo<double>(2, {1000003});  // 8,000,024 bytes: 8 segments
+  for (GlooTransport transport : {GlooTransport::kTcp, GlooTransport::kInProcess}) {
+    CheckAgainstGloo<float>(3, {2000003}, false, transport);   // 9 segments of 222,223 elements
+    CheckAgainstGloo<double>(2, {1000003}, false, transport);  // 8,000,024 bytes: 8 segments
+    CheckAgainstGloo<float>(4, {6653856}, false, transport);   // the 10M MLP's second bucket: 28 segments
+  }
 }
 
 

@@ -161,23 +161,30 @@ TEST(Harness, ARunWhoseRecordsCannotFitTheMemoryAvailableIsRefusedUpFront) {
   EXPECT_NE(st.message().find("/epochs"), std::string::npos) << st.message();
 }
 
-// A world of threads over Gloo whose full mesh of connections cannot fit the open-file limit is refused before
-// any rank starts, saying what to do (QA round 16: W=256 failed minutes later as an internal error, "Too many open
-// files"); under a soft limit the hard one allows, the limit is raised and the run goes on.
+// A world of threads over Gloo's TCP transport whose full mesh of connections cannot fit the open-file limit is
+// refused before any rank starts, saying what to do (QA round 16: W=256 failed minutes later as an internal error,
+// "Too many open files"); under a soft limit the hard one allows, the limit is raised and the run goes on. The
+// in-process transport (the default) opens no sockets: the same world runs under the same limit.
 TEST(Harness, AGlooWorldOverTheOpenFileLimitIsRefusedUpFrontAndASoftLimitIsRaised) {
   TempDir dir;
   const std::string bin = std::string("'") + DDPCHECK_BINARY + "'";
-  const int refused = std::system(("ulimit -n 200 && " + bin + " run --world 16 --steps 1 --comm gloo -q > " +
-                                   dir.File("out") + " 2> " + dir.File("err")).c_str());
+  const int refused = std::system(("ulimit -n 200 && " + bin + " run --world 16 --steps 1 --comm gloo --gloo-transport "
+                                   "tcp -q > " + dir.File("out") + " 2> " + dir.File("err")).c_str());
   ASSERT_TRUE(WIFEXITED(refused));
   EXPECT_EQ(WEXITSTATUS(refused), 2) << testing::ReadFile(dir.File("err"));
   const std::string err = testing::ReadFile(dir.File("err"));
-  EXPECT_NE(err.find("16 ranks over Gloo (--comm gloo"), std::string::npos) << err;
+  EXPECT_NE(err.find("16 ranks over Gloo (--comm gloo --gloo-transport tcp"), std::string::npos) << err;
+  EXPECT_NE(err.find("--gloo-transport inproc"), std::string::npos) << err;
   EXPECT_NE(err.find("--comm local"), std::string::npos) << err;
   const int raised = std::system(("ulimit -Sn 200 && ulimit -Hn 4096 && " + bin + " run --world 16 --steps 1 "
-                                  "--comm gloo -q > " + dir.File("out2") + " 2> " + dir.File("err2")).c_str());
+                                  "--comm gloo --gloo-transport tcp -q > " + dir.File("out2") + " 2> " +
+                                  dir.File("err2")).c_str());
   ASSERT_TRUE(WIFEXITED(raised));
   EXPECT_EQ(WEXITSTATUS(raised), 0) << testing::ReadFile(dir.File("err2"));
+  const int inproc = std::system(("ulimit -n 200 && " + bin + " run --world 16 --steps 1 --comm gloo -q > " +
+                                  dir.File("out3") + " 2> " + dir.File("err3")).c_str());
+  ASSERT_TRUE(WIFEXITED(inproc));
+  EXPECT_EQ(WEXITSTATUS(inproc), 0) << testing::ReadFile(dir.File("err3"));
 }
 
 // `diff RUN REFERENCE` is judged like `run`: step-local with element-wise bounds. A float32 run's parameters

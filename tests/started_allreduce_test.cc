@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,29 +26,49 @@
 namespace ddpcheck {
 namespace {
 
-core::Trace RunWorld(const core::Scenario& s, const std::string& comm) {
+core::Trace RunWorld(const core::Scenario& s, const std::string& comm, const std::string& transport = "inproc",
+                     int64_t direct_bytes = 0) {
   sim::SimOptions opts;
   opts.comm = comm;
-  opts.gloo_direct_allreduce_bytes = 0;  // every bucket through gloo::allreduce, started on the collective thread
+  opts.gloo_transport = transport;
+  opts.gloo_direct_allreduce_bytes = direct_bytes;  // 0: every bucket through gloo::allreduce, started on the collective thread
   opts.timeout = std::chrono::milliseconds(1500);  // the hang scenarios' ranks give up soon
-  opts.run_id = "started-" + comm;
+  opts.run_id = "started-" + comm + "-" + transport;
   core::Trace trace;
   const core::Status st = sim::RunSim(s, opts, &trace);
   EXPECT_TRUE(st.ok()) << st.message();
   return trace;
 }
 
-TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGlooAsAllReducedAtOnce) {
+// Runs compare(scenario, name) on every shipped and fault scenario, cut to 5 steps (past the bucket rebuild at
+// step 1); returns how many ran.
+size_t ForEachShortScenario(const std::function<void(const core::Scenario&, size_t index, const std::string&)>& compare) {
   size_t runs = 0;
   for (const std::string& path : testing::ShippedScenarioPaths()) {
     core::Scenario s;
-    ASSERT_TRUE(core::LoadScenario(path, &s).ok()) << path;
-    ASSERT_TRUE(core::MaterializeData(&s).ok()) << path;
-    s.steps = std::min<int64_t>(s.steps < 0 ? 5 : s.steps, 5);  // past the bucket rebuild (step 1)
-    const std::string what = std::filesystem::path(path).filename().string();
-    testing::ExpectSameTraces(RunWorld(s, "gloo"), RunWorld(s, "local"), what);
-    ++runs;
+    EXPECT_TRUE(core::LoadScenario(path, &s).ok()) << path;
+    EXPECT_TRUE(core::MaterializeData(&s).ok()) << path;
+    s.steps = std::min<int64_t>(s.steps < 0 ? 5 : s.steps, 5);
+    compare(s, runs++, std::filesystem::path(path).filename().string());
   }
+  return runs;
+}
+
+TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGlooAsAllReducedAtOnce) {
+  const size_t runs = ForEachShortScenario([](const core::Scenario& s, size_t, const std::string& what) {
+    testing::ExpectSameTraces(RunWorld(s, "gloo"), RunWorld(s, "local"), what);
+  });
+  EXPECT_GE(runs, 25u);
+}
+
+// Gloo's collectives over its TCP transport and over the in-process one (sim/gloo_inproc.h, the threads world's
+// default) send the same messages: every shipped and fault scenario records the same bits and event kinds, with
+// the direct exchange at its default size (odd scenarios) and with every bucket through gloo::allreduce's ring.
+TEST(StartedAllReduce, EveryScenarioRecordsTheSameOverGloosTcpAndInProcessTransports) {
+  const size_t runs = ForEachShortScenario([](const core::Scenario& s, size_t index, const std::string& what) {
+    const int64_t direct = index % 2 == 0 ? 0 : sim::SimOptions().gloo_direct_allreduce_bytes;
+    testing::ExpectSameTraces(RunWorld(s, "gloo", "tcp", direct), RunWorld(s, "gloo", "inproc", direct), what);
+  });
   EXPECT_GE(runs, 25u);
 }
 
@@ -83,31 +104,35 @@ TEST(StartedAllReduce, AFailedBucketAllReduceEndsTheBackwardOnEveryCommunicatorA
     ASSERT_TRUE(core::ParseFaultSpec("drop-bucket@2:2", &fault).ok());
     s.faults.push_back(fault);
     ASSERT_TRUE(core::MaterializeData(&s).ok());
-    for (const std::string comm : {"gloo", "local"}) {
+    for (const std::string how : {"gloo/inproc", "gloo/tcp", "local"}) {
+      const std::string comm = how.substr(0, how.find('/'));
+      const std::string transport = how == "gloo/tcp" ? "tcp" : "inproc";
       sim::SimOptions opts;
       opts.comm = comm;
+      opts.gloo_transport = transport;
       opts.timeout = std::chrono::milliseconds(20000);  // a rank that waited it out would take 20 s
-      opts.run_id = "drop-bucket-syncbn-" + comm + std::to_string(width);
+      opts.run_id = "drop-bucket-syncbn-" + comm + transport + std::to_string(width);
       core::Trace trace;
       const auto start = std::chrono::steady_clock::now();
       ASSERT_TRUE(sim::RunSim(s, opts, &trace).ok());
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      EXPECT_LT(seconds, 10.0) << comm << " width " << width << ": some rank waited for a timeout";
+      EXPECT_LT(seconds, 10.0) << how << " width " << width << ": some rank waited for a timeout";
       std::vector<int> ranks;
       for (const auto& e : trace.events()) {
-        EXPECT_EQ(e.kind, "ddp_error") << comm << " width " << width << ": " << e.message;
-        EXPECT_NE(e.message.find("collective #33 "), std::string::npos) << comm << " width " << width << ": " << e.message;
+        EXPECT_EQ(e.kind, "ddp_error") << how << " width " << width << ": " << e.message;
+        EXPECT_NE(e.message.find("collective #33 "), std::string::npos) << how << " width " << width << ": " << e.message;
         ranks.push_back(e.rank);
       }
       std::sort(ranks.begin(), ranks.end());
-      EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3})) << comm << " width " << width;
+      EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3})) << how << " width " << width;
       // The pattern is named though the dropping rank's next collective is an all-reduce too (the SyncBN's).
       testing::TempDir dir;
       std::ofstream(dir.File("s.json")) << j.dump();
       const testing::CliResult r =
-          testing::RunCli("run " + dir.File("s.json") + " --fault drop-bucket@2:2 -q --comm " + comm);
+          testing::RunCli("run " + dir.File("s.json") + " --fault drop-bucket@2:2 -q --comm " + comm +
+                          (comm == "gloo" ? " --gloo-transport " + transport : ""));
       EXPECT_EQ(r.exit_code, 1) << r.err;
-      EXPECT_NE(r.out.find("matches 'drop-bucket'"), std::string::npos) << comm << " width " << width << ": " << r.out;
+      EXPECT_NE(r.out.find("matches 'drop-bucket'"), std::string::npos) << how << " width " << width << ": " << r.out;
     }
   }
 }
