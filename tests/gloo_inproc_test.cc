@@ -212,6 +212,17 @@ TEST(GlooInProcess, APairClosedByItsRankFailsThePeersPendingAndLaterOperations) 
   }
 }
 
+// What the communicator reads as a peer's end, whichever transport said it: TCP's words and the in-process ones.
+TEST(GlooInProcess, PeerGoneWordsOfBothTransportsAreRecognised) {
+  for (const char* text : {"Connection closed by peer (rank 0, in-process transport)",
+                           "Read error [127.0.0.1]:40123: Connection reset by peer",
+                           "connect [127.0.0.1]:40123: Connection refused"}) {
+    EXPECT_TRUE(IsPeerGone(text)) << text;
+  }
+  EXPECT_FALSE(IsPeerGone("Timed out waiting 200ms for recv operation to complete"));
+  EXPECT_TRUE(IsGlooTimeout("Timed out waiting 200ms for recv operation to complete"));
+}
+
 // A buffer destroyed with its receive still posted (a collective that threw) withdraws it: a message sent later
 // is not written into the freed memory (AddressSanitizer would see it) but waits for a receive, and times out.
 TEST(GlooInProcess, AFreedBufferWithdrawsItsPostedReceive) {
