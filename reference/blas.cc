@@ -105,6 +105,21 @@ bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const
 #endif
 }
 
+bool BlasGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* b, int64_t ldb, float* c) {
+#if DDPCHECK_HAVE_BLAS
+  // Where BlasGemm(beta 1) runs SmallGemm's A^T B kernel, that kernel adds to +0 without reading C.
+  return BlasTakes(m, n, k) && SmallGemmOverZeros(trans_a, trans_b, m, n, k, a, lda, b, ldb, c);
+#else
+  return false;
+#endif
+}
+
+bool BlasGemmOverZeros(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t,
+                       double*) {
+  return false;
+}
+
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
               const double* b, int64_t ldb, double beta, double* c) {
 #if DDPCHECK_HAVE_BLAS

@@ -31,4 +31,12 @@ bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const
 bool BlasGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
               const double* b, int64_t ldb, double beta, double* c);
 
+// BlasGemm with beta 1 over a C of +0 whose zeros were never written (a lazily zeroed gradient, ref::Param): the
+// same bits, C never read. False, touching nothing, where BlasGemm would not use a kernel that can (the caller
+// then writes the zeros and calls BlasGemm).
+bool BlasGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* b, int64_t ldb, float* c);
+bool BlasGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                       const double* b, int64_t ldb, double* c);
+
 }  // namespace ddpcheck::ref

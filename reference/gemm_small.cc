@@ -121,8 +121,9 @@ struct Tile48 {
       v2[x] = _mm512_fmadd_ps(av, b2, v2[x]);
     }
   }
-  // Stores the tile into C, or C + the tile with `add`.
-  DDPCHECK_TILE_INLINE void Store(float* c, int64_t ldc, bool add) {
+  // Stores the tile into C, or C + the tile with `add`; with `add_zero` (C's zeros never written), +0 + the tile
+  // without reading C: the same bits as `add` over a C of +0 (a -0 of the tile becomes +0 either way).
+  DDPCHECK_TILE_INLINE void Store(float* c, int64_t ldc, bool add, bool add_zero = false) {
 #pragma GCC unroll 8
     for (int x = 0; x < MR; ++x) {
       float* cp = c + x * ldc;
@@ -130,6 +131,11 @@ struct Tile48 {
         v0[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), v0[x]);
         v1[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), v1[x]);
         v2[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, cp + 32), v2[x]);
+      } else if (add_zero) {
+        const __m512 zero = _mm512_setzero_ps();
+        v0[x] = _mm512_add_ps(zero, v0[x]);
+        v1[x] = _mm512_add_ps(zero, v1[x]);
+        v2[x] = _mm512_add_ps(zero, v2[x]);
       }
       _mm512_mask_storeu_ps(cp, m0, v0[x]);
       _mm512_mask_storeu_ps(cp + 16, m1, v1[x]);
@@ -197,16 +203,16 @@ DDPCHECK_AVX512 void GemmNn(int64_t m, int64_t n, int64_t k, const float* a, int
 template <int MR>
 struct Tn {
   DDPCHECK_AVX512 static void Run(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                                  int64_t ldc, bool add, const StripMasks* mk) {
+                                  int64_t ldc, bool add, bool add_zero, const StripMasks* mk) {
     Tile48<MR> t(*mk);
     t.Zero();
     for (int64_t p = 0; p < k; ++p) t.Update(a + p * lda, 1, b + p * ldb);
-    t.Store(c, ldc, add);
+    t.Store(c, ldc, add, add_zero);
   }
 };
 
 DDPCHECK_AVX512 void GemmTn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                            bool add, float* c) {
+                            bool add, bool add_zero, float* c) {
   for (int64_t i = 0; i < m; i += kRows) {
     const int64_t mr = std::min(kRows, m - i);
     for (int64_t j = 0; j < n; j += kStrip) {
@@ -220,7 +226,7 @@ DDPCHECK_AVX512 void GemmTn(int64_t m, int64_t n, int64_t k, const float* a, int
         }
       }
       const StripMasks mk(n - j);
-      ByRows<Tn>(mr, k, a + i, lda, b + j, ldb, c + i * n + j, n, add, &mk);
+      ByRows<Tn>(mr, k, a + i, lda, b + j, ldb, c + i * n + j, n, add, add_zero, &mk);
     }
   }
 }
@@ -251,10 +257,17 @@ bool SmallGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     return true;
   }
   if (trans_a && !trans_b && k <= 64 && (beta == 0.0f || beta == 1.0f)) {
-    GemmTn(m, n, k, a, lda, b, ldb, beta == 1.0f, c);
+    GemmTn(m, n, k, a, lda, b, ldb, beta == 1.0f, false, c);
     return true;
   }
   return false;
+}
+
+bool SmallGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                        const float* b, int64_t ldb, float* c) {
+  if (!Enabled() || m <= 0 || n <= 0 || k <= 0 || !trans_a || trans_b || k > 64) return false;
+  GemmTn(m, n, k, a, lda, b, ldb, false, true, c);
+  return true;
 }
 
 #else
@@ -262,6 +275,10 @@ bool SmallGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 bool SmallGemmAvailable() { return false; }
 
 bool SmallGemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float, float*) {
+  return false;
+}
+
+bool SmallGemmOverZeros(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*) {
   return false;
 }
 

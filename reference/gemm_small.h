@@ -31,4 +31,9 @@ bool SmallGemmAvailable();
 bool SmallGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c);
 
+// SmallGemm with beta 1 over a C of +0 whose zeros were never written (a lazily zeroed gradient): C = +0 + A^T B,
+// the same bits, without reading C. A^T B with k <= 64 only; false, touching nothing, otherwise.
+bool SmallGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                        const float* b, int64_t ldb, float* c);
+
 }  // namespace ddpcheck::ref

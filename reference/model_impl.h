@@ -319,11 +319,11 @@ void Model<T>::ZeroGrad(bool set_to_none) {
       // zeroed; a model's size of memory is not written for nothing.
       p.grad_defined = false;
       p.grad_zeroed = false;
+      p.zero_pending.store(false);  // an undefined grad's storage is written over, never read
       continue;
     }
     if (!p.grad_defined) continue;
-    std::fill(p.grad_ptr(), p.grad_ptr() + p.numel(), T(0));
-    p.grad_zeroed = true;
+    p.ZeroLazily();  // the zeros are written by the first reader, or a weight gradient written over them
   }
 }
 

@@ -2,8 +2,11 @@
 // a buffer, and the portable uniform draw used for initialisation and dropout masks.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <utility>
 #include <vector>
@@ -43,6 +46,11 @@ struct Param {
   // The grad holds +0 everywhere since zero_grad (set_to_none=False) and nothing has written it since (a
   // writer through Model::grad_data clears it): accumulating is then 0 + g, computed in place.
   bool grad_zeroed = false;
+  // zero_grad without writing a model's size of zeros (ZeroLazily): the grad is +0 everywhere (grad_zeroed) while
+  // its storage still holds older values, until the first reader asks for it (grad_ptr writes the zeros then) or
+  // a weight gradient's product is written over it as 0 + the product (AccumulateGemm, never reading them).
+  // Atomic, and filled under a lock: const readers of one parameter may run on several threads.
+  mutable std::atomic<bool> zero_pending{false};
 
   Param() = default;
   explicit Param(std::vector<int64_t> s)
@@ -64,14 +72,37 @@ struct Param {
     grad_view = nullptr;
     grad_defined = o.grad_defined;
     grad_zeroed = o.grad_zeroed;
+    zero_pending.store(false);
     return *this;
   }
-  Param(Param&&) noexcept = default;
-  Param& operator=(Param&&) noexcept = default;
+  Param(Param&& o) noexcept { *this = std::move(o); }
+  Param& operator=(Param&& o) noexcept {
+    if (this == &o) return *this;
+    shape = std::move(o.shape);
+    value = std::move(o.value);
+    grad = std::move(o.grad);
+    grad_view = o.grad_view;
+    grad_defined = o.grad_defined;
+    grad_zeroed = o.grad_zeroed;
+    zero_pending.store(o.zero_pending.load());
+    return *this;
+  }
 
   int64_t numel() const { return static_cast<int64_t>(value.size()); }
-  T* grad_ptr() { return grad_view ? grad_view : grad.data(); }
-  const T* grad_ptr() const { return grad_view ? grad_view : grad.data(); }
+  // The grad's storage, its pending zeros written first.
+  T* grad_ptr() {
+    WritePendingZeros();
+    return grad_storage();
+  }
+  const T* grad_ptr() const {
+    WritePendingZeros();
+    return grad_storage();
+  }
+  // zero_grad(set_to_none=False) of a defined grad: +0 everywhere, written by the first reader (see zero_pending).
+  void ZeroLazily() {
+    grad_zeroed = true;
+    zero_pending.store(true, std::memory_order_release);
+  }
   // Moves the grad's storage to `storage` (numel values, its current values copied there) or, with nullptr,
   // back into the parameter's own.
   void SetGradStorage(T* storage) {
@@ -115,6 +146,12 @@ struct Param {
   bool AccumulateGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
                       int64_t ldb) {
     DDPCHECK_CHECK_EQ(m * n, numel());
+    if (grad_defined && grad_zeroed && zero_pending.load(std::memory_order_acquire) &&
+        BlasGemmOverZeros(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_storage())) {
+      zero_pending.store(false, std::memory_order_release);  // 0 + the product, written over the stale values
+      grad_zeroed = false;
+      return true;
+    }
     if (!grad_defined || grad_zeroed) {
       // Undefined: the product itself; zeroed: 0 + the product, which the BLAS adds into C (beta = 1).
       if (!BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, grad_defined ? T(1) : T(0), grad_ptr())) return false;
@@ -129,6 +166,15 @@ struct Param {
   }
 
  private:
+  T* grad_storage() const { return const_cast<T*>(grad_view ? grad_view : grad.data()); }
+  void WritePendingZeros() const {
+    if (!zero_pending.load(std::memory_order_acquire)) return;
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!zero_pending.load(std::memory_order_relaxed)) return;
+    std::fill(grad_storage(), grad_storage() + grad.size(), T(0));
+    zero_pending.store(false, std::memory_order_release);
+  }
   // Room for one grad of this size, kept by the calling thread (a rank's) across backwards.
   T* Scratch() const {
     thread_local AlignedVector<T> scratch;

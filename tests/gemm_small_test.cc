@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -106,6 +107,34 @@ TEST_F(GemmSmall, WeightGradientIsEachElementsChainThenAddedToC) {  // C = A^T B
       }
     }
   }
+}
+
+// Over a C whose zeros were never written (a lazily zeroed grad): the bits of beta 1 over +0, C never read (it
+// holds NaN here), a chain that ends at -0 (its products' underflow, or -0 operands) stored as +0 as 0 + it would.
+TEST_F(GemmSmall, WeightGradientOverZerosIsBetaOneOverPlusZeroWithoutReadingC) {
+  for (int64_t m : {1, 8, 12, 40}) {
+    for (int64_t n : {1, 33, 48, 150}) {
+      for (int64_t k : {1, 32, 64}) {
+        Operands o = Make(true, false, m, n, k, 1, static_cast<unsigned>(m * 17 + n * 3 + k));
+        // Column 0 of B: products that underflow to -0 (tiny A times tiny B of opposite signs).
+        for (int64_t p = 0; p < k; ++p) {
+          o.a[static_cast<size_t>(p * o.lda)] = -1e-30f;
+          o.b[static_cast<size_t>(p * o.ldb)] = 1e-30f;
+        }
+        std::vector<float> zeros(static_cast<size_t>(m * n), 0.0f);
+        ASSERT_TRUE(SmallGemm(true, false, m, n, k, o.a.data(), o.lda, o.b.data(), o.ldb, 1.0f, zeros.data()));
+        std::vector<float> lazy(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+        ASSERT_TRUE(SmallGemmOverZeros(true, false, m, n, k, o.a.data(), o.lda, o.b.data(), o.ldb, lazy.data()));
+        EXPECT_EQ(std::memcmp(zeros.data(), lazy.data(), zeros.size() * sizeof(float)), 0)
+            << "m " << m << " n " << n << " k " << k;
+        EXPECT_FALSE(std::signbit(lazy[0])) << "a -0 chain must be stored as +0 (0 + -0)";
+      }
+    }
+  }
+  std::vector<float> a(64, 1.0f), c(64, 7.0f);
+  EXPECT_FALSE(SmallGemmOverZeros(false, false, 8, 8, 8, a.data(), 8, a.data(), 8, c.data()));  // A^T B only
+  EXPECT_FALSE(SmallGemmOverZeros(true, false, 1, 1, 65, a.data(), 1, a.data(), 1, c.data()));  // k <= 64
+  EXPECT_EQ(c, std::vector<float>(64, 7.0f));
 }
 
 TEST_F(GemmSmall, ShapesAndBetasItDoesNotTakeTouchNothing) {

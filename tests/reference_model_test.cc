@@ -1,8 +1,10 @@
 // Model<T>: registration, autograd hook order, grad accumulation, zero_grad, bypassed layers, init, loading.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -122,6 +124,49 @@ TEST(Model, ZeroGradToNoneUndefinesAndZeroGradKeepsDefinedGradsAsZeros) {
   }
   m.ZeroGrad(true);
   for (int i = 0; i < m.num_params(); ++i) EXPECT_FALSE(m.grad_defined(i));
+}
+
+// zero_grad writes no zeros until a reader asks (ref::Param::ZeroLazily): a float32 model large enough for the
+// batch-row kernels, whose weight gradients are then written over the stale values as 0 + the product, gives the
+// bits of one whose zeros were written at once; every reader, on any thread, sees +0 before the next backward.
+TEST(Model, LazilyZeroedGradsGiveTheBitsOfWrittenZerosAndReadAsPlusZero) {
+  auto build = [] {
+    Model<float> m;
+    EXPECT_TRUE(Model<float>::Build({Lin(128, 256), Act("relu"), Lin(256, 128)}, "mse", &m).ok());
+    return m;
+  };
+  Model<float> lazy = build(), eager = build();
+  Matrix<float> x(32, 128);
+  for (Eigen::Index k = 0; k < x.size(); ++k) x.data()[k] = static_cast<float>(std::sin(0.3 * static_cast<double>(k)));
+  const core::Tensor y(core::DType::kFloat32, {32, 128}, std::vector<double>(32 * 128, 0.125));
+  for (int step = 0; step < 3; ++step) {
+    for (Model<float>* m : {&lazy, &eager}) {
+      m->ZeroGrad(false);
+      if (m == &eager) {
+        for (int i = 0; i < m->num_params(); ++i) (void)m->grad_data(i);  // the zeros written now
+      } else if (step > 0) {
+        // Eight threads read one stale gradient at once: each sees +0 everywhere.
+        std::vector<std::thread> readers;
+        std::vector<int> nonzero(8, 0);
+        for (int t = 0; t < 8; ++t) {
+          readers.emplace_back([&, t] {
+            const Model<float>& c = lazy;
+            const float* g = c.grad_data(1);
+            for (int64_t k = 0; k < c.param_info(1).numel(); ++k) nonzero[static_cast<size_t>(t)] += g[k] != 0.0f || std::signbit(g[k]);
+          });
+        }
+        for (auto& r : readers) r.join();
+        for (int n : nonzero) EXPECT_EQ(n, 0);
+      }
+      m->Forward(x, y);
+      m->Backward(1.0, nullptr);
+    }
+    for (int i = 0; i < lazy.num_params(); ++i) {
+      const int64_t n = lazy.param_info(i).numel();
+      EXPECT_EQ(std::memcmp(lazy.grad_data(i), eager.grad_data(i), static_cast<size_t>(n) * sizeof(float)), 0)
+          << "step " << step << " " << lazy.param_info(i).name;
+    }
+  }
 }
 
 TEST(Model, LayerUnusedOnARankIsBypassedAndItsParamsGetNoGradOrHook) {
