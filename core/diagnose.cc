@@ -52,7 +52,8 @@ std::map<int, int64_t> LastParamStep(const Trace& t) {
 
 // Where a collective's label puts it in a rank's program: {step, phase, bucket}. DDP's construction-time
 // collectives come before any step; at a step's forward the bucket rebuild's broadcast (step 1) and then the
-// buffers' broadcast, before that step's buckets, in launch order. Empty for other collectives (SyncBatchNorm's, the unused-parameter map, a user's own).
+// buffers' broadcast, before that step's buckets, in launch order. Empty for other collectives (SyncBatchNorm's,
+// the unused-parameter map, a user's own).
 std::optional<std::array<int64_t, 3>> ProgramPoint(const std::string& label) {
   if (Contains(label, "(DDP construction)")) return std::array<int64_t, 3>{-1, 0, 0};
   long long step = 0, bucket = 0;

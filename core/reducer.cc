@@ -93,8 +93,8 @@ void Reducer::WriteSlot(int param, bool defined) {
     replica_->Memory().Fill(view, 0.0);  // a shared slot: the storage of a grad that stays undefined
   } else if (shared_[pi]) {
     // The slot is the grad: scaled in place as the bucket launches (x * fl(1/1) and x / 1 are x: none at W=1).
-    // Asking for it writes the zeros of a grad zeroed lazily and not written since (ref::Param::ZeroLazily: a
-    // parameter unused in this backward), which the bucket reads straight from the slot.
+    // Asking for it writes the zeros of a grad zeroed lazily and not written since (ref::Param::ZeroLazily), which
+    // the bucket reads straight from the slot (FinishBackward's unused parameters are read before this already).
     (void)replica_->Grad(param);
     if (world > 1) pending_scale_[pi] = aliased_[pi] ? ScaleMode::kDivide : ScaleMode::kMultiply;
   } else if (aliased_[pi]) {

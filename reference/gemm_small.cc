@@ -91,6 +91,9 @@ DDPCHECK_AVX512 void GemmNt(int64_t m, int64_t n, int64_t k, const float* a, int
 
 #define DDPCHECK_TILE_INLINE __attribute__((always_inline, target("avx512f"))) inline
 
+// How a finished tile goes into C (Tile48::Store).
+enum class Into { kStore, kAdd, kAddToZeros };
+
 template <int MR>
 struct Tile48 {
   __m512 v0[MR], v1[MR], v2[MR];
@@ -121,17 +124,17 @@ struct Tile48 {
       v2[x] = _mm512_fmadd_ps(av, b2, v2[x]);
     }
   }
-  // Stores the tile into C, or C + the tile with `add`; with `add_zero` (C's zeros never written), +0 + the tile
-  // without reading C: the same bits as `add` over a C of +0 (a -0 of the tile becomes +0 either way).
-  DDPCHECK_TILE_INLINE void Store(float* c, int64_t ldc, bool add, bool add_zero = false) {
+  // Stores the tile into C (kStore), C + the tile (kAdd), or +0 + the tile without reading C (kAddToZeros: C's
+  // zeros never written; the same bits as kAdd over a C of +0, a -0 of the tile becoming +0 either way).
+  DDPCHECK_TILE_INLINE void Store(float* c, int64_t ldc, Into into) {
 #pragma GCC unroll 8
     for (int x = 0; x < MR; ++x) {
       float* cp = c + x * ldc;
-      if (add) {
+      if (into == Into::kAdd) {
         v0[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), v0[x]);
         v1[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), v1[x]);
         v2[x] = _mm512_add_ps(_mm512_maskz_loadu_ps(m2, cp + 32), v2[x]);
-      } else if (add_zero) {
+      } else if (into == Into::kAddToZeros) {
         const __m512 zero = _mm512_setzero_ps();
         v0[x] = _mm512_add_ps(zero, v0[x]);
         v1[x] = _mm512_add_ps(zero, v1[x]);
@@ -157,7 +160,7 @@ struct Nn {
       t.Load(c, ldc);
     }
     for (int64_t p = p0; p < pe; ++p) t.Update(a + p, lda, b + p * ldb);
-    t.Store(c, ldc, false);
+    t.Store(c, ldc, Into::kStore);
   }
 };
 
@@ -203,16 +206,16 @@ DDPCHECK_AVX512 void GemmNn(int64_t m, int64_t n, int64_t k, const float* a, int
 template <int MR>
 struct Tn {
   DDPCHECK_AVX512 static void Run(int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                                  int64_t ldc, bool add, bool add_zero, const StripMasks* mk) {
+                                  int64_t ldc, Into into, const StripMasks* mk) {
     Tile48<MR> t(*mk);
     t.Zero();
     for (int64_t p = 0; p < k; ++p) t.Update(a + p * lda, 1, b + p * ldb);
-    t.Store(c, ldc, add, add_zero);
+    t.Store(c, ldc, into);
   }
 };
 
 DDPCHECK_AVX512 void GemmTn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                            bool add, bool add_zero, float* c) {
+                            Into into, float* c) {
   for (int64_t i = 0; i < m; i += kRows) {
     const int64_t mr = std::min(kRows, m - i);
     for (int64_t j = 0; j < n; j += kStrip) {
@@ -226,10 +229,13 @@ DDPCHECK_AVX512 void GemmTn(int64_t m, int64_t n, int64_t k, const float* a, int
         }
       }
       const StripMasks mk(n - j);
-      ByRows<Tn>(mr, k, a + i, lda, b + j, ldb, c + i * n + j, n, add, add_zero, &mk);
+      ByRows<Tn>(mr, k, a + i, lda, b + j, ldb, c + i * n + j, n, into, &mk);
     }
   }
 }
+
+// The A^T B kernel: the weight gradient's product, k (the batch) at most 64.
+bool TakesTn(bool trans_a, bool trans_b, int64_t k) { return trans_a && !trans_b && k <= 64; }
 
 bool Enabled() {
   static const bool on = [] {
@@ -256,8 +262,8 @@ bool SmallGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     GemmNn(m, n, k, a, lda, b, ldb, c);
     return true;
   }
-  if (trans_a && !trans_b && k <= 64 && (beta == 0.0f || beta == 1.0f)) {
-    GemmTn(m, n, k, a, lda, b, ldb, beta == 1.0f, false, c);
+  if (TakesTn(trans_a, trans_b, k) && (beta == 0.0f || beta == 1.0f)) {
+    GemmTn(m, n, k, a, lda, b, ldb, beta == 1.0f ? Into::kAdd : Into::kStore, c);
     return true;
   }
   return false;
@@ -265,8 +271,8 @@ bool SmallGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 
 bool SmallGemmOverZeros(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                         const float* b, int64_t ldb, float* c) {
-  if (!Enabled() || m <= 0 || n <= 0 || k <= 0 || !trans_a || trans_b || k > 64) return false;
-  GemmTn(m, n, k, a, lda, b, ldb, false, true, c);
+  if (!Enabled() || m <= 0 || n <= 0 || k <= 0 || !TakesTn(trans_a, trans_b, k)) return false;
+  GemmTn(m, n, k, a, lda, b, ldb, Into::kAddToZeros, c);
   return true;
 }
 

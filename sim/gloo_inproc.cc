@@ -117,22 +117,10 @@ class Buffer final : public gloo::transport::UnboundBuffer {
     }
   }
 
-  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override {
-    return Wait(&recv_cv_, &recv_done_, &recv_rank_, &abort_recv_, rank, timeout, "recv");
-  }
-  bool waitSend(int* rank, std::chrono::milliseconds timeout) override {
-    return Wait(&send_cv_, &send_done_, &send_rank_, &abort_send_, rank, timeout, "send");
-  }
-  void abortWaitRecv() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    abort_recv_ = true;
-    recv_cv_.notify_one();
-  }
-  void abortWaitSend() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    abort_send_ = true;
-    send_cv_.notify_one();
-  }
+  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override { return Wait(&recv_, rank, timeout); }
+  bool waitSend(int* rank, std::chrono::milliseconds timeout) override { return Wait(&send_, rank, timeout); }
+  void abortWaitRecv() override { Abort(&recv_); }
+  void abortWaitSend() override { Abort(&send_); }
 
   void send(int dst, uint64_t slot, size_t offset, size_t nbytes) override;
   void recv(int src, uint64_t slot, size_t offset, size_t nbytes) override;
@@ -141,26 +129,35 @@ class Buffer final : public gloo::transport::UnboundBuffer {
   // Called with the channel's mu held.
   void Complete(bool is_recv, int rank) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (is_recv) {
-      ++recv_done_;
-      recv_rank_ = rank;
-      recv_cv_.notify_one();
-    } else {
-      ++send_done_;
-      send_rank_ = rank;
-      send_cv_.notify_one();
-    }
+    Side& side = is_recv ? recv_ : send_;
+    ++side.done;
+    side.rank = rank;
+    side.cv.notify_one();
   }
   void Fail(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) error_ = std::move(error);
-    recv_cv_.notify_all();
-    send_cv_.notify_all();
+    recv_.cv.notify_all();
+    send_.cv.notify_all();
   }
 
  private:
-  bool Wait(std::condition_variable* cv, int* done, int* done_rank, bool* abort, int* rank,
-            std::chrono::milliseconds timeout, const char* what);
+  // The receives' or the sends' completions, as Gloo's UnboundBuffer counts them. Guarded by mu_.
+  struct Side {
+    explicit Side(const char* n) : name(n) {}
+    const char* name;  // "recv" | "send", for the timeout's words
+    std::condition_variable cv;
+    int done = 0;
+    int rank = -1;  // the peer of the last completion
+    bool abort = false;
+  };
+
+  bool Wait(Side* side, int* rank, std::chrono::milliseconds timeout);
+  void Abort(Side* side) {
+    std::lock_guard<std::mutex> lock(mu_);
+    side->abort = true;
+    side->cv.notify_one();
+  }
   void Track(const std::shared_ptr<Channel>& ch) {
     std::lock_guard<std::mutex> lock(channels_mu_);
     for (const auto& c : channels_) {
@@ -181,14 +178,8 @@ class Buffer final : public gloo::transport::UnboundBuffer {
 
   std::shared_ptr<Context> context_;
   std::mutex mu_;
-  std::condition_variable recv_cv_;
-  std::condition_variable send_cv_;
-  int recv_done_ = 0;
-  int send_done_ = 0;
-  int recv_rank_ = -1;
-  int send_rank_ = -1;
-  bool abort_recv_ = false;
-  bool abort_send_ = false;
+  Side recv_{"recv"};
+  Side send_{"send"};
   std::exception_ptr error_;
   std::mutex channels_mu_;
   std::vector<std::shared_ptr<Channel>> channels_;  // every channel this buffer posted on
@@ -334,28 +325,27 @@ void Close(Channel* ch, int closer, const std::string& reason) {
   ch->recvs.clear();
 }
 
-bool Buffer::Wait(std::condition_variable* cv, int* done, int* done_rank, bool* abort, int* rank,
-                  std::chrono::milliseconds timeout, const char* what) {
+bool Buffer::Wait(Side* side, int* rank, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout == gloo::transport::kUnsetTimeout) timeout = context_->getTimeout();
-  if (*done == 0) {
-    const bool ok = cv->wait_for(lock, timeout, [&] {
+  if (side->done == 0) {
+    const bool ok = side->cv.wait_for(lock, timeout, [&] {
       if (error_) std::rethrow_exception(error_);
-      return *abort || *done > 0;
+      return side->abort || side->done > 0;
     });
     if (!ok) {
       lock.unlock();
       context_->CloseAll("Application timeout caused pair closure");
       throw ::gloo::IoException(
-          GLOO_ERROR_MSG("Timed out waiting ", timeout.count(), "ms for ", what, " operation to complete"));
+          GLOO_ERROR_MSG("Timed out waiting ", timeout.count(), "ms for ", side->name, " operation to complete"));
     }
   }
-  if (*abort) {
-    *abort = false;  // only this wait is interrupted
+  if (side->abort) {
+    side->abort = false;  // only this wait is interrupted
     return false;
   }
-  --*done;
-  if (rank != nullptr) *rank = *done_rank;
+  --side->done;
+  if (rank != nullptr) *rank = side->rank;
   return true;
 }
 
